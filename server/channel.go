@@ -1,0 +1,334 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"warren/amqp"
+	"warren/server/queue"
+)
+
+// publish assembly states.
+const (
+	pubIdle = iota
+	pubWantHeader
+	pubWantBody
+)
+
+// pendingPublish is a basic.publish whose content is still arriving.
+type pendingPublish struct {
+	state      int
+	exchange   string
+	routingKey string
+	mandatory  bool
+	bodySize   uint64
+	props      []byte
+	body       []byte
+}
+
+func (p *pendingPublish) expecting() string {
+	if p.state == pubWantHeader {
+		return "header"
+	}
+	return "body"
+}
+
+// txAck is an ack, nack or reject buffered inside a transaction.
+type txAck struct {
+	kind     uint16 // method id: 80 ack, 90 reject, 120 nack
+	tag      uint64
+	multiple bool
+	requeue  bool
+}
+
+// channel is an AMQP channel. Reader-goroutine state is unguarded; fields under mu are shared with
+// queue dispatchers (deliveries) and with other connections (queue deletion cancelling consumers).
+type channel struct {
+	c  *conn
+	id uint16
+
+	// Reader-goroutine state.
+	closing      bool
+	pub          pendingPublish
+	confirm      bool
+	publishSeq   uint64 // last publish sequence number handed out in confirm mode
+	confirmed    uint64 // highest sequence ready to be confirmed
+	acked        uint64 // highest sequence already confirmed to the client
+	confirmDirty bool
+	tx           bool
+	txPubs       []*txPublish
+	txAcks       []txAck
+	prefetch     uint32 // basic.qos global=false: applies to consumers created afterwards
+	lastQueue    string
+	replyKey     string
+	routeNames   []string
+	routeQueues  []*queueEntry
+
+	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.
+	globalLimit    atomic.Uint32
+	globalInflight atomic.Int64
+
+	mu        sync.Mutex
+	closed    bool
+	nextTag   uint64
+	unacked   unackedList
+	consumers map[string]*consumer
+}
+
+// txPublish is a publish buffered inside a transaction.
+type txPublish struct {
+	msg       *queue.Message
+	mandatory bool
+}
+
+// consumer is a basic.consume subscription; it implements queue.Consumer.
+type consumer struct {
+	ch        *channel
+	tag       string
+	id        queue.ConsumerID
+	entry     *queueEntry // nil for the direct reply-to consumer
+	noAck     bool
+	cancelled bool // guarded by ch.mu
+}
+
+func newChannel(c *conn, id uint16) *channel {
+	return &channel{c: c, id: id, consumers: make(map[string]*consumer)}
+}
+
+// closeWithError sends channel.close for a soft error and frees the channel's resources at once.
+func (ch *channel) closeWithError(e *amqp.Error) {
+	ch.c.log.Debug("closing channel", "channel", ch.id, "code", e.Code, "text", e.Text)
+	ch.release()
+	ch.closing = true
+	ch.c.out.sendMethod(ch.id, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
+}
+
+// release cancels the channel's consumers and requeues its unacked messages, as RabbitMQ does when a
+// channel closes. Consumers go first so the requeued messages are not handed straight back to them.
+func (ch *channel) release() {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return
+	}
+	ch.closed = true
+	cons := make([]*consumer, 0, len(ch.consumers))
+	for _, cs := range ch.consumers {
+		cs.cancelled = true
+		cons = append(cons, cs)
+	}
+	clear(ch.consumers)
+	entries := ch.unacked.takeAll(nil)
+	ch.mu.Unlock()
+
+	sort.Slice(cons, func(i, j int) bool { return cons[i].id < cons[j].id })
+	for _, cs := range cons {
+		ch.detach(cs)
+	}
+	returnEntries(entries, true)
+	ch.pub = pendingPublish{}
+	ch.txPubs, ch.txAcks = nil, nil
+	ch.routeQueues = nil
+}
+
+// detach removes a consumer from its queue (auto-deleting the queue if that was its last consumer).
+func (ch *channel) detach(cs *consumer) {
+	if cs.entry == nil {
+		if ch.replyKey != "" {
+			ch.c.s.unregisterReplyTo(ch.replyKey)
+			ch.replyKey = ""
+		}
+		return
+	}
+	if cs.entry.q.RemoveConsumer(cs.id) {
+		ch.c.deleteQueueFromAnyConn(cs.entry)
+	}
+}
+
+// returnEntries hands settled-or-not deliveries back to their queues: requeue or discard.
+func returnEntries(entries []unackedEntry, requeue bool) {
+	for i := 0; i < len(entries); {
+		q := entries[i].q
+		j := i
+		ids := make([]uint64, 0, 8)
+		for ; j < len(entries) && entries[j].q == q; j++ {
+			ids = append(ids, entries[j].id)
+		}
+		if requeue {
+			q.Return(ids)
+		} else {
+			q.Discard(ids)
+		}
+		i = j
+	}
+}
+
+// serverCancel removes a consumer whose queue was deleted and tells the client with basic.cancel.
+func (ch *channel) serverCancel(cs *consumer) {
+	ch.mu.Lock()
+	if ch.closed || cs.cancelled {
+		ch.mu.Unlock()
+		return
+	}
+	cs.cancelled = true
+	delete(ch.consumers, cs.tag)
+	if ch.c.capCancelNotify {
+		ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+	}
+	ch.mu.Unlock()
+}
+
+// Reserve implements queue.Consumer: it runs under the queue's lock.
+func (cs *consumer) Reserve(q *queue.Queue) bool {
+	ch := cs.ch
+	if ch.c.out.full() {
+		ch.c.out.block(q)
+		return false
+	}
+	if !cs.noAck {
+		if lim := ch.globalLimit.Load(); lim > 0 {
+			if ch.globalInflight.Add(1) > int64(lim) {
+				ch.globalInflight.Add(-1)
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Deliver implements queue.Consumer: it runs on the queue's dispatcher goroutine.
+func (cs *consumer) Deliver(q *queue.Queue, d queue.Delivery) {
+	ch := cs.ch
+	ch.mu.Lock()
+	if ch.closed || cs.cancelled {
+		ch.mu.Unlock()
+		if !cs.noAck {
+			if ch.globalLimit.Load() > 0 {
+				ch.globalInflight.Add(-1)
+			}
+			q.Return([]uint64{d.ID})
+		}
+		return
+	}
+	ch.nextTag++
+	tag := ch.nextTag
+	if !cs.noAck {
+		ch.unacked.push(unackedEntry{tag: tag, q: q, id: d.ID, cons: cs, global: ch.globalLimit.Load() > 0})
+	}
+	ch.writeDelivery(cs.tag, tag, d.Redelivered, d.Msg)
+	ch.mu.Unlock()
+}
+
+// writeDelivery appends basic.deliver and the content frames.
+func (ch *channel) writeDelivery(ctag string, tag uint64, redelivered bool, m *queue.Message) {
+	o := ch.c.out
+	if !o.lockAppend() {
+		return
+	}
+	o.buf = amqp.AppendBasicDeliver(o.buf, ch.id, ctag, tag, redelivered, m.Exchange, m.RoutingKey)
+	o.buf = amqp.AppendContentHeaderFrame(o.buf, ch.id, amqp.ClassBasic, uint64(len(m.Body)), m.Props)
+	o.buf = amqp.AppendBodyFrames(o.buf, ch.id, m.Body, o.frameMax)
+	o.unlockAppend()
+}
+
+// newName returns prefix + 22 characters of random base64url, like RabbitMQ's generated names.
+func newName(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:])
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// unackedEntry is a delivery awaiting ack on this channel.
+type unackedEntry struct {
+	tag    uint64
+	q      *queue.Queue
+	id     uint64
+	cons   *consumer // nil for basic.get
+	global bool      // counted against the channel's global prefetch
+	done   bool
+}
+
+// unackedList keeps unacked deliveries in delivery-tag order: tags only grow, so appends keep it
+// sorted, single acks binary-search, and multiple acks pop from the front.
+type unackedList struct {
+	entries []unackedEntry
+	head    int
+	live    int
+}
+
+func (l *unackedList) push(e unackedEntry) {
+	l.entries = append(l.entries, e)
+	l.live++
+}
+
+func (l *unackedList) find(tag uint64) int {
+	es := l.entries[l.head:]
+	i := sort.Search(len(es), func(i int) bool { return es[i].tag >= tag })
+	if i < len(es) && es[i].tag == tag && !es[i].done {
+		return l.head + i
+	}
+	return -1
+}
+
+// take removes one entry by tag.
+func (l *unackedList) take(tag uint64) (unackedEntry, bool) {
+	i := l.find(tag)
+	if i < 0 {
+		return unackedEntry{}, false
+	}
+	e := l.entries[i]
+	l.entries[i].done = true
+	l.entries[i].q = nil
+	l.entries[i].cons = nil
+	l.live--
+	l.compact()
+	return e, true
+}
+
+// takeUpTo removes every entry with tag <= tag, appending them to dst.
+func (l *unackedList) takeUpTo(dst []unackedEntry, tag uint64) []unackedEntry {
+	for l.head < len(l.entries) && l.entries[l.head].tag <= tag {
+		e := l.entries[l.head]
+		if !e.done {
+			dst = append(dst, e)
+			l.live--
+		}
+		l.entries[l.head] = unackedEntry{}
+		l.head++
+	}
+	l.compact()
+	return dst
+}
+
+func (l *unackedList) takeAll(dst []unackedEntry) []unackedEntry {
+	for _, e := range l.entries[l.head:] {
+		if !e.done {
+			dst = append(dst, e)
+		}
+	}
+	l.entries = l.entries[:0]
+	l.head = 0
+	l.live = 0
+	return dst
+}
+
+func (l *unackedList) compact() {
+	for l.head < len(l.entries) && l.entries[l.head].done {
+		l.entries[l.head] = unackedEntry{}
+		l.head++
+	}
+	if l.head == len(l.entries) {
+		l.entries = l.entries[:0]
+		l.head = 0
+		return
+	}
+	if l.head > 1024 && l.head*2 > len(l.entries) {
+		n := copy(l.entries, l.entries[l.head:])
+		clear(l.entries[n:])
+		l.entries = l.entries[:n]
+		l.head = 0
+	}
+}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Config is the broker configuration. DefaultConfig gives the defaults; cmd/warren maps flags onto it.
+type Config struct {
+	// AMQPListen is the TCP address of the AMQP 0-9-1 listener.
+	AMQPListen string
+	// DataDir holds the broker's data.
+	DataDir string
+	// Logger receives the broker's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Heartbeat is the heartbeat interval proposed in connection.tune (0 disables).
+	Heartbeat time.Duration
+	// FrameMax is the largest frame the server proposes in connection.tune.
+	FrameMax uint32
+	// ChannelMax is the number of channels a connection may have open at once.
+	ChannelMax uint16
+	// MaxMessageSize is the largest message body accepted (RabbitMQ 4.x default: 16 MiB).
+	MaxMessageSize uint64
+}
+
+// DefaultConfig returns the configuration `warren serve` uses when given no flags.
+func DefaultConfig() Config {
+	return Config{
+		AMQPListen:     "127.0.0.1:5672",
+		DataDir:        "./warren-data",
+		Heartbeat:      60 * time.Second,
+		FrameMax:       131072,
+		ChannelMax:     2047,
+		MaxMessageSize: 16 << 20,
+	}
+}

@@ -1,0 +1,641 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"warren/amqp"
+)
+
+const (
+	handshakeTimeout = 10 * time.Second
+	// closeOkTimeout bounds how long we wait for connection.close-ok after sending connection.close.
+	closeOkTimeout = 3 * time.Second
+)
+
+// conn is one client connection. Its reader goroutine (serve) parses frames and handles every
+// method inline; its writer goroutine (outbound.run) batches frames into few writes.
+type conn struct {
+	s   *Server
+	id  uint64
+	nc  net.Conn
+	log *slog.Logger
+	out *outbound
+	fr  *amqp.FrameReader
+
+	vhost      *vhost
+	user       string
+	frameMax   uint32
+	channelMax uint16
+	heartbeat  time.Duration
+
+	capCancelNotify bool
+	capBlocked      bool
+	capAuthFailure  bool
+
+	// Reader-goroutine state.
+	channels      map[uint16]*channel
+	closing       bool // we sent connection.close and wait for close-ok
+	confirmDirty  []*channel
+	exclusiveQs   map[*queueEntry]struct{}
+	readTimeout   time.Duration
+	forceDeadline atomic.Int64 // unix nanos; set by Shutdown to bound the wait for close-ok
+	forced        atomic.Bool
+	open          atomic.Bool // handshake done
+	stop          bool        // reader: the connection is finished
+}
+
+func newConn(s *Server, nc net.Conn, id uint64) *conn {
+	c := &conn{
+		s:           s,
+		id:          id,
+		nc:          nc,
+		log:         s.log.With("conn", id, "peer", nc.RemoteAddr().String()),
+		out:         newOutbound(nc),
+		channels:    make(map[uint16]*channel),
+		exclusiveQs: make(map[*queueEntry]struct{}),
+	}
+	return c
+}
+
+// deadlineReader refreshes the read deadline before each read: heartbeats (two missed intervals mean
+// the peer is dead) or the handshake timeout, whichever applies, bounded by a forced-close deadline.
+type deadlineReader struct{ c *conn }
+
+func (r deadlineReader) Read(p []byte) (int, error) {
+	c := r.c
+	var dl time.Time
+	if c.readTimeout > 0 {
+		dl = time.Now().Add(c.readTimeout)
+	}
+	if f := c.forceDeadline.Load(); f != 0 {
+		if fd := time.Unix(0, f); dl.IsZero() || fd.Before(dl) {
+			dl = fd
+		}
+	}
+	c.nc.SetReadDeadline(dl)
+	return c.nc.Read(p)
+}
+
+func (c *conn) serve() {
+	defer c.s.wg.Done()
+	defer c.s.removeConn(c)
+	c.readTimeout = handshakeTimeout
+	c.fr = amqp.NewFrameReader(deadlineReader{c}, c.s.cfg.FrameMax)
+
+	var hdr [8]byte
+	if _, err := io.ReadFull(deadlineReader{c}, hdr[:]); err != nil {
+		c.nc.Close()
+		return
+	}
+	if string(hdr[:]) != amqp.ProtocolHeader {
+		// Tell the client which version we speak, then hang up (the spec's version negotiation).
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.nc.Write([]byte(amqp.ProtocolHeader))
+		c.nc.Close()
+		return
+	}
+
+	writerStarted := false
+	defer func() {
+		c.cleanup()
+		if writerStarted {
+			c.out.finish()
+			select {
+			case <-c.out.done:
+			case <-time.After(5 * time.Second):
+				c.nc.Close()
+				<-c.out.done
+			}
+		}
+		c.nc.Close()
+	}()
+
+	// The writer starts before the handshake with no heartbeats; heartbeats start after tune-ok.
+	hbStart := make(chan time.Duration, 1)
+	go func() {
+		c.out.run(<-hbStart)
+	}()
+	writerStarted = true
+
+	if err := c.handshake(hbStart); err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code != 0 {
+			c.closeWithError(ae)
+		} else {
+			c.log.Debug("handshake failed", "err", err)
+		}
+		return
+	}
+	c.open.Store(true)
+	if c.forced.Load() {
+		c.closeWithError(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
+		return
+	}
+	c.readLoop()
+}
+
+// handshake runs connection.start .. connection.open.
+func (c *conn) handshake(hbStart chan time.Duration) error {
+	started := false
+	defer func() {
+		if !started {
+			// Start the writer anyway so a connection.close explaining the failure gets out.
+			hbStart <- 0
+		}
+	}()
+	caps := amqp.Table{
+		"publisher_confirms":           true,
+		"exchange_exchange_bindings":   true,
+		"basic.nack":                   true,
+		"consumer_cancel_notify":       true,
+		"connection.blocked":           true,
+		"consumer_priorities":          true,
+		"authentication_failure_close": true,
+		"per_consumer_qos":             true,
+		"direct_reply_to":              true,
+	}
+	start := &amqp.ConnectionStart{
+		VersionMajor: 0,
+		VersionMinor: 9,
+		ServerProperties: amqp.Table{
+			"product":      "Warren",
+			"version":      Version,
+			"platform":     "Go",
+			"copyright":    "Copyright (c) the Warren authors",
+			"information":  "Licensed under the Apache License 2.0",
+			"capabilities": caps,
+			"cluster_name": "warren",
+		},
+		Mechanisms: "PLAIN AMQPLAIN",
+		Locales:    "en_US",
+	}
+	// Write the handshake frames directly: the writer goroutine is not running yet.
+	if err := c.writeNow(amqp.AppendMethodFrame(nil, 0, start)); err != nil {
+		return err
+	}
+
+	m, err := c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	so, ok := m.(*amqp.ConnectionStartOk)
+	if !ok {
+		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name())
+	}
+	if capsV, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
+		c.capCancelNotify = capsV["consumer_cancel_notify"] == true
+		c.capBlocked = capsV["connection.blocked"] == true
+		c.capAuthFailure = capsV["authentication_failure_close"] == true
+	}
+	user, pass, err := parseCredentials(so.Mechanism, so.Response)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) {
+			return err
+		}
+		return amqp.Errorf(amqp.SyntaxError, "%v", err)
+	}
+	if !c.authenticate(user, pass) {
+		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism)
+		if c.capAuthFailure {
+			return amqp.Errorf(amqp.AccessRefused,
+				"Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism)
+		}
+		return fmt.Errorf("login refused for user %q", user)
+	}
+	c.user = user
+
+	tune := &amqp.ConnectionTune{
+		ChannelMax: c.s.cfg.ChannelMax,
+		FrameMax:   c.s.cfg.FrameMax,
+		Heartbeat:  uint16(c.s.cfg.Heartbeat / time.Second),
+	}
+	if err := c.writeNow(amqp.AppendMethodFrame(nil, 0, tune)); err != nil {
+		return err
+	}
+	m, err = c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	to, ok := m.(*amqp.ConnectionTuneOk)
+	if !ok {
+		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.tune_ok', got '%s'", m.Name())
+	}
+	c.channelMax = c.s.cfg.ChannelMax
+	if to.ChannelMax != 0 {
+		if to.ChannelMax > c.s.cfg.ChannelMax {
+			return amqp.Errorf(amqp.NotAllowed, "negotiated channel_max = %d is higher than the maximum allowed value (%d)",
+				to.ChannelMax, c.s.cfg.ChannelMax)
+		}
+		c.channelMax = to.ChannelMax
+	}
+	c.frameMax = c.s.cfg.FrameMax
+	if to.FrameMax != 0 {
+		if to.FrameMax > c.s.cfg.FrameMax {
+			return amqp.Errorf(amqp.NotAllowed, "negotiated frame_max = %d is higher than the maximum allowed value (%d)",
+				to.FrameMax, c.s.cfg.FrameMax)
+		}
+		if to.FrameMax < amqp.FrameMinSize {
+			return amqp.Errorf(amqp.NotAllowed, "negotiated frame_max = %d is lower than the minimum allowed value (%d)",
+				to.FrameMax, amqp.FrameMinSize)
+		}
+		c.frameMax = to.FrameMax
+	}
+	c.fr.SetMaxFrameSize(c.frameMax)
+	c.out.frameMax = c.frameMax
+	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
+	started = true
+	hbStart <- c.heartbeat
+
+	m, err = c.readHandshakeMethod()
+	if err != nil {
+		return err
+	}
+	op, ok := m.(*amqp.ConnectionOpen)
+	if !ok {
+		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.open', got '%s'", m.Name())
+	}
+	v := c.s.vhosts[op.VirtualHost]
+	if v == nil {
+		return &amqp.Error{Code: amqp.NotAllowed, Text: fmt.Sprintf("NOT_ALLOWED - vhost %s not found", op.VirtualHost),
+			ClassID: amqp.ClassConnection, MethodID: 40}
+	}
+	c.vhost = v
+	if c.heartbeat > 0 {
+		c.readTimeout = 2 * c.heartbeat
+	} else {
+		c.readTimeout = 0
+	}
+	c.out.sendMethod(0, &amqp.ConnectionOpenOk{})
+	c.log.Debug("connection open", "user", c.user, "vhost", v.name, "heartbeat", c.heartbeat, "frame_max", c.frameMax)
+	return nil
+}
+
+// writeNow writes before the writer goroutine runs (handshake only).
+func (c *conn) writeNow(b []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	_, err := c.nc.Write(b)
+	c.nc.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// readHandshakeMethod reads the next method frame on channel 0, skipping heartbeats.
+func (c *conn) readHandshakeMethod() (amqp.Method, error) {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		switch f.Type {
+		case amqp.FrameHeartbeat:
+			continue
+		case amqp.FrameMethod:
+		default:
+			return nil, amqp.Errorf(amqp.UnexpectedFrame, "expected method frame, got frame type %d", f.Type)
+		}
+		if f.Channel != 0 {
+			return nil, amqp.Errorf(amqp.ChannelError, "expected channel 0 during the handshake, got %d", f.Channel)
+		}
+		m, err := amqp.DecodeMethod(f.Payload)
+		if err != nil {
+			return nil, decodeError(err)
+		}
+		if _, ok := m.(*amqp.ConnectionClose); ok {
+			return nil, errors.New("client closed during handshake")
+		}
+		return m, nil
+	}
+}
+
+func (c *conn) authenticate(user, pass string) bool {
+	if user != "guest" || pass != "guest" {
+		return false
+	}
+	// guest is allowed from loopback only, as in RabbitMQ's default loopback_users.
+	if ta, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		return false
+	}
+	return true
+}
+
+// parseCredentials decodes a PLAIN or AMQPLAIN start-ok response.
+func parseCredentials(mechanism, response string) (user, pass string, err error) {
+	switch mechanism {
+	case "PLAIN":
+		// [authzid] NUL authcid NUL passwd
+		parts := bytes.Split([]byte(response), []byte{0})
+		if len(parts) != 3 {
+			return "", "", errors.New("malformed PLAIN response")
+		}
+		return string(parts[1]), string(parts[2]), nil
+	case "AMQPLAIN":
+		// A field table without its length prefix.
+		b := make([]byte, 4+len(response))
+		binary.BigEndian.PutUint32(b, uint32(len(response)))
+		copy(b[4:], response)
+		t, _, err := amqp.DecodeTable(b)
+		if err != nil {
+			return "", "", fmt.Errorf("malformed AMQPLAIN response: %w", err)
+		}
+		u, _ := t["LOGIN"].(string)
+		p, _ := t["PASSWORD"].(string)
+		return u, p, nil
+	default:
+		return "", "", amqp.Errorf(amqp.CommandInvalid, "unknown authentication mechanism '%s'", mechanism)
+	}
+}
+
+func decodeError(err error) *amqp.Error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var um *amqp.UnknownMethodError
+	if errors.As(err, &um) {
+		return amqp.Errorf(amqp.NotImplemented, "unknown method (class %d, method %d)", um.ClassID, um.MethodID)
+	}
+	return amqp.Errorf(amqp.SyntaxError, "cannot decode method: %v", err)
+}
+
+// readLoop handles frames until the connection ends.
+func (c *conn) readLoop() {
+	for {
+		if c.fr.Buffered() == 0 {
+			// About to block on the socket: publish confirms for everything handled so far.
+			c.flushConfirms()
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && !c.closing {
+				c.closeWithError(ae)
+				return
+			}
+			if c.closing || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !c.forced.Load() {
+				c.log.Warn("missed heartbeats from client, closing connection", "timeout", c.readTimeout)
+			} else {
+				c.log.Debug("read failed", "err", err)
+			}
+			return
+		}
+		if c.closing {
+			// After our connection.close only close-ok (or a crossing close) matters.
+			if f.Type == amqp.FrameMethod && f.Channel == 0 && len(f.Payload) >= 4 {
+				cls := binary.BigEndian.Uint16(f.Payload)
+				mid := binary.BigEndian.Uint16(f.Payload[2:])
+				if cls == amqp.ClassConnection && (mid == 51 || mid == 50) {
+					if mid == 50 {
+						c.writeCloseOkAndStop()
+					}
+					return
+				}
+			}
+			continue
+		}
+		var aerr *amqp.Error
+		switch f.Type {
+		case amqp.FrameHeartbeat:
+			if f.Channel != 0 {
+				aerr = amqp.Errorf(amqp.UnexpectedFrame, "heartbeat frame on channel %d", f.Channel)
+			}
+		case amqp.FrameMethod:
+			aerr = c.handleMethodFrame(f)
+		case amqp.FrameHeader, amqp.FrameBody:
+			aerr = c.handleContentFrame(f)
+		default:
+			aerr = amqp.Errorf(amqp.FrameError, "unknown frame type %d", f.Type)
+		}
+		if aerr != nil {
+			c.closeWithError(aerr)
+			if !c.closing {
+				return
+			}
+		}
+		if c.done() {
+			return
+		}
+	}
+}
+
+// done reports whether the reader should stop (a close handshake finished).
+func (c *conn) done() bool { return c.stop }
+
+// writeCloseOkAndStop answers a client's connection.close.
+func (c *conn) writeCloseOkAndStop() {
+	c.out.sendFinal(0, &amqp.ConnectionCloseOk{})
+	c.stop = true
+}
+
+// closeWithError sends connection.close and waits (bounded) for close-ok.
+func (c *conn) closeWithError(e *amqp.Error) {
+	if c.closing {
+		return
+	}
+	c.log.Info("closing connection", "code", e.Code, "text", e.Text)
+	c.closing = true
+	c.releaseChannels()
+	c.out.sendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
+	dl := time.Now().Add(closeOkTimeout).UnixNano()
+	if f := c.forceDeadline.Load(); f == 0 || dl < f {
+		c.forceDeadline.Store(dl)
+	}
+}
+
+// forceClose is called by Shutdown from another goroutine.
+func (c *conn) forceClose(e *amqp.Error) {
+	c.forced.Store(true)
+	c.forceDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
+	if !c.open.Load() {
+		c.nc.SetReadDeadline(time.Now())
+		return
+	}
+	// The reader may be blocked in Read: send the close from here and let the deadline wake it.
+	c.out.sendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text})
+	c.nc.SetReadDeadline(time.Unix(0, c.forceDeadline.Load()))
+}
+
+func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
+	if len(f.Payload) < 4 {
+		return amqp.Errorf(amqp.FrameError, "method frame too short (%d bytes)", len(f.Payload))
+	}
+	cls := binary.BigEndian.Uint16(f.Payload)
+	mid := binary.BigEndian.Uint16(f.Payload[2:])
+	args := f.Payload[4:]
+	if f.Channel == 0 {
+		if cls != amqp.ClassConnection {
+			return &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'", ClassID: cls, MethodID: mid}
+		}
+		return c.handleConnectionMethod(f.Payload)
+	}
+	if cls == amqp.ClassConnection {
+		return &amqp.Error{Code: amqp.CommandInvalid, Text: "COMMAND_INVALID - connection method on a non-zero channel", ClassID: cls, MethodID: mid}
+	}
+	ch := c.channels[f.Channel]
+	if ch == nil {
+		if cls == amqp.ClassChannel && mid == 10 {
+			return c.openChannel(f.Channel)
+		}
+		if amqp.NewMethod(cls, mid) == nil {
+			return decodeError(&amqp.UnknownMethodError{ClassID: cls, MethodID: mid})
+		}
+		return &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'", ClassID: cls, MethodID: mid}
+	}
+	if ch.closing {
+		// We sent channel.close: drop everything but close-ok / close.
+		if cls == amqp.ClassChannel && (mid == 41 || mid == 40) {
+			if mid == 40 {
+				c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
+			}
+			delete(c.channels, ch.id)
+		}
+		return nil
+	}
+	if ch.pub.state != pubIdle {
+		return &amqp.Error{Code: amqp.UnexpectedFrame, ClassID: cls, MethodID: mid,
+			Text: fmt.Sprintf("UNEXPECTED_FRAME - expected content %s for class 60, got non content %s frame instead",
+				ch.pub.expecting(), ch.pub.expecting())}
+	}
+	err := ch.handleMethod(cls, mid, args)
+	if err != nil {
+		if err.ClassID == 0 && err.MethodID == 0 {
+			err.ClassID, err.MethodID = cls, mid
+		}
+		if err.Hard() {
+			return err
+		}
+		ch.closeWithError(err)
+	}
+	return nil
+}
+
+func (c *conn) handleConnectionMethod(payload []byte) *amqp.Error {
+	m, err := amqp.DecodeMethod(payload)
+	if err != nil {
+		return decodeError(err)
+	}
+	switch m := m.(type) {
+	case *amqp.ConnectionClose:
+		c.log.Debug("client closed connection", "code", m.ReplyCode, "text", m.ReplyText)
+		c.releaseChannels()
+		c.writeCloseOkAndStop()
+		return nil
+	case *amqp.ConnectionCloseOk:
+		// Only meaningful after a close we sent (Shutdown sends it from another goroutine).
+		if c.forced.Load() {
+			c.stop = true
+		}
+		return nil
+	case *amqp.ConnectionUpdateSecret:
+		c.out.sendMethod(0, &amqp.ConnectionUpdateSecretOk{})
+		return nil
+	case *amqp.ConnectionBlocked, *amqp.ConnectionUnblocked:
+		return nil
+	default:
+		return &amqp.Error{Code: amqp.CommandInvalid, Text: fmt.Sprintf("COMMAND_INVALID - unexpected method '%s'", m.Name()),
+			ClassID: m.ClassID(), MethodID: m.MethodID()}
+	}
+}
+
+func (c *conn) openChannel(id uint16) *amqp.Error {
+	if len(c.channels) >= int(c.channelMax) {
+		return &amqp.Error{Code: amqp.NotAllowed, ClassID: amqp.ClassChannel, MethodID: 10,
+			Text: fmt.Sprintf("NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)",
+				len(c.channels), c.channelMax)}
+	}
+	ch := newChannel(c, id)
+	c.channels[id] = ch
+	c.out.sendMethod(id, &amqp.ChannelOpenOk{})
+	return nil
+}
+
+func (c *conn) handleContentFrame(f amqp.Frame) *amqp.Error {
+	ch := c.channels[f.Channel]
+	if ch == nil {
+		if f.Channel == 0 {
+			return amqp.Errorf(amqp.UnexpectedFrame, "content frame on channel 0")
+		}
+		return amqp.Errorf(amqp.ChannelError, "expected 'channel.open'")
+	}
+	if ch.closing {
+		return nil
+	}
+	err := ch.handleContent(f)
+	if err != nil {
+		if err.Hard() {
+			return err
+		}
+		ch.closeWithError(err)
+	}
+	return nil
+}
+
+func (c *conn) markConfirmDirty(ch *channel) {
+	if !ch.confirmDirty {
+		ch.confirmDirty = true
+		c.confirmDirty = append(c.confirmDirty, ch)
+	}
+}
+
+// flushConfirms sends one basic.ack (multiple when it covers several) per channel with new confirms.
+func (c *conn) flushConfirms() {
+	if len(c.confirmDirty) == 0 {
+		return
+	}
+	for i, ch := range c.confirmDirty {
+		ch.confirmDirty = false
+		c.confirmDirty[i] = nil
+		if ch.closing || ch.confirmed <= ch.acked {
+			continue
+		}
+		multiple := ch.confirmed-ch.acked > 1
+		ch.acked = ch.confirmed
+		if c.out.lockAppend() {
+			c.out.buf = amqp.AppendBasicAck(c.out.buf, ch.id, ch.confirmed, multiple)
+			c.out.unlockAppend()
+		}
+	}
+	c.confirmDirty = c.confirmDirty[:0]
+}
+
+// releaseChannels frees every channel's consumers and unacked messages (connection closing).
+func (c *conn) releaseChannels() {
+	for id, ch := range c.channels {
+		ch.release()
+		delete(c.channels, id)
+	}
+}
+
+// cleanup runs when the reader exits: channels, exclusive queues.
+func (c *conn) cleanup() {
+	c.releaseChannels()
+	for e := range c.exclusiveQs {
+		c.deleteQueue(e)
+	}
+	clear(c.exclusiveQs)
+}
+
+// deleteQueue deletes a queue and tells its consumers.
+func (c *conn) deleteQueue(e *queueEntry) int {
+	consumers, n := c.vhost.deleteQueue(e)
+	for _, cons := range consumers {
+		if sc, ok := cons.(*consumer); ok {
+			sc.ch.serverCancel(sc)
+		}
+	}
+	if e.owner != nil {
+		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
+	}
+	return n
+}

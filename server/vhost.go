@@ -1,0 +1,86 @@
+package server
+
+import (
+	"sync"
+
+	"warren/amqp"
+	"warren/exchange"
+	"warren/server/queue"
+)
+
+// vhost holds a virtual host's exchanges and queues.
+type vhost struct {
+	name      string
+	exchanges *exchange.Registry
+
+	mu     sync.RWMutex
+	queues map[string]*queueEntry
+
+	queueExistsFn func(string) bool
+}
+
+// queueEntry is a declared queue plus what the server needs to know about it.
+type queueEntry struct {
+	q     *queue.Queue
+	args  amqp.Table
+	owner *conn // exclusive owner; nil if not exclusive
+}
+
+func newVhost(name string) *vhost {
+	v := &vhost{
+		name:      name,
+		exchanges: exchange.NewRegistry(name),
+		queues:    make(map[string]*queueEntry),
+	}
+	v.queueExistsFn = v.queueExists
+	return v
+}
+
+func (v *vhost) queueExists(name string) bool {
+	_, ok := v.queues[name] // called by Route while v.mu is read-locked
+	return ok
+}
+
+// route resolves the target queues of a publish.
+func (v *vhost) route(dst []*queueEntry, names []string, ex, key string, extra []string, headers amqp.Table) ([]*queueEntry, []string, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	names, ok := v.exchanges.Route(names[:0], ex, key, extra, headers, v.queueExistsFn)
+	for _, n := range names {
+		if e := v.queues[n]; e != nil {
+			dst = append(dst, e)
+		}
+	}
+	return dst, names, ok
+}
+
+func (v *vhost) lookupQueue(name string) *queueEntry {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.queues[name]
+}
+
+// deleteQueue removes a queue and its bindings, returning its consumers so their channels can be told.
+func (v *vhost) deleteQueue(e *queueEntry) (map[queue.ConsumerID]queue.Consumer, int) {
+	v.mu.Lock()
+	if cur := v.queues[e.q.Name]; cur == e {
+		delete(v.queues, e.q.Name)
+		v.exchanges.RemoveQueue(e.q.Name)
+	}
+	v.mu.Unlock()
+	return e.q.Close()
+}
+
+// close stops every queue's dispatcher (broker shutdown).
+func (v *vhost) close() {
+	v.mu.Lock()
+	qs := make([]*queueEntry, 0, len(v.queues))
+	for _, e := range v.queues {
+		qs = append(qs, e)
+	}
+	v.queues = map[string]*queueEntry{}
+	v.mu.Unlock()
+	for _, e := range qs {
+		e.q.Close()
+	}
+}
