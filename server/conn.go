@@ -50,6 +50,7 @@ type conn struct {
 	forced        atomic.Bool
 	open          atomic.Bool // handshake done
 	stop          bool        // reader: the connection is finished
+	peerCloses    bool        // we sent close-ok: let the client close the socket first
 }
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
@@ -113,6 +114,16 @@ func (c *conn) serve() {
 			case <-time.After(5 * time.Second):
 				c.nc.Close()
 				<-c.out.done
+			}
+		}
+		if c.peerCloses {
+			// As RabbitMQ: after close-ok the client closes first; wait briefly for its EOF.
+			c.nc.SetReadDeadline(time.Now().Add(closeOkTimeout))
+			var scratch [512]byte
+			for {
+				if _, err := c.nc.Read(scratch[:]); err != nil {
+					break
+				}
 			}
 		}
 		c.nc.Close()
@@ -436,6 +447,7 @@ func (c *conn) done() bool { return c.stop }
 func (c *conn) writeCloseOkAndStop() {
 	c.out.sendFinal(0, &amqp.ConnectionCloseOk{})
 	c.stop = true
+	c.peerCloses = true
 }
 
 // closeWithError sends connection.close and waits (bounded) for close-ok.

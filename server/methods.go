@@ -277,13 +277,13 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait, bind bool) *amqp.Error {
 	c := ch.c
 	v := c.vhost
+	if qname == "" && key == "" {
+		// The spec: with no queue name and no routing key, bind the last declared queue by its name.
+		key = ch.lastQueue
+	}
 	qname, err := ch.resolveQueueName(qname)
 	if err != nil {
 		return err
-	}
-	if key == "" && qname == ch.lastQueue {
-		// The spec: an empty routing key with the last-declared queue binds with the queue name.
-		key = qname
 	}
 	if strings.HasPrefix(qname, replyToQueue) {
 		return amqp.Errorf(amqp.AccessRefused, "cannot bind or unbind to a volatile (direct reply-to) queue")

@@ -54,6 +54,11 @@ func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *a
 		if rok == cok && (!rok || amqp.ValuesEqual(rv, cv)) {
 			continue
 		}
+		if rok && cok {
+			// RabbitMQ shows bare values when both sides have the argument.
+			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received '%s' but current is '%s'",
+				k, q.Name, vhost, argValueText(rv), argValueText(cv))
+		}
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received %s but current is %s",
 			k, q.Name, vhost, describeArg(rv, rok), describeArg(cv, cok))
 	}
