@@ -23,8 +23,14 @@ const (
 	frameSizeFudge = frameOverhead
 	// DefaultFrameMax is the frame-max a FrameReader uses when given 0.
 	DefaultFrameMax = 131072
-	// readBufferSize is the initial FrameReader buffer.
-	readBufferSize = 64 << 10
+	// readBufferSize is the initial FrameReader buffer: small, because most connections are idle
+	// most of the time. A busy connection grows it up to busyBufferSize.
+	readBufferSize = 4 << 10
+	// busyBufferSize is how far the buffer grows when reads keep filling it.
+	busyBufferSize = 128 << 10
+	// shrinkAfter is how many consecutive small reads (under 1/8 of the buffer) on an empty buffer
+	// bring a grown buffer back to readBufferSize.
+	shrinkAfter = 64
 )
 
 // Frame is one AMQP frame. Payload aliases the reader's buffer and is valid
@@ -44,6 +50,7 @@ type FrameReader struct {
 	end      int // end of buffered data
 	maxFrame uint32
 	err      error // sticky read error, returned once the buffer runs dry
+	small    int   // consecutive small reads, for shrinking an idle buffer
 }
 
 // NewFrameReader returns a reader of frames from r. maxFrameSize is the
@@ -143,6 +150,10 @@ func (fr *FrameReader) fill(n int) error {
 		fr.end = copy(fr.buf, fr.buf[fr.start:fr.end])
 		fr.start = 0
 	}
+	if fr.start == fr.end && len(fr.buf) > readBufferSize && fr.small >= shrinkAfter && n <= readBufferSize {
+		fr.buf = make([]byte, readBufferSize)
+		fr.start, fr.end, fr.small = 0, 0, 0
+	}
 	empty := 0
 	for fr.end-fr.start < n {
 		if fr.err != nil {
@@ -157,7 +168,22 @@ func (fr *FrameReader) fill(n int) error {
 			fr.err = errors.New("amqp: reader returned an invalid count")
 			continue
 		}
-		fr.end += m
+		if m == len(fr.buf)-fr.end && len(fr.buf) < busyBufferSize {
+			// The read filled the buffer: more is waiting. Grow so the next read takes more per syscall.
+			nb := make([]byte, 2*len(fr.buf))
+			copy(nb, fr.buf[fr.start:fr.end+m])
+			fr.end = fr.end + m - fr.start
+			fr.start = 0
+			fr.buf = nb
+			fr.small = 0
+		} else {
+			fr.end += m
+			if m < len(fr.buf)/8 {
+				fr.small++
+			} else {
+				fr.small = 0
+			}
+		}
 		if err != nil {
 			fr.err = err
 			continue

@@ -42,7 +42,6 @@ func newOutbound(nc net.Conn) *outbound {
 	return &outbound{
 		nc:       nc,
 		frameMax: 131072,
-		buf:      make([]byte, 0, 4096),
 		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}

@@ -1,0 +1,248 @@
+package exchange
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"warren/amqp"
+)
+
+// This file renders field values the way RabbitMQ's reply texts show them
+// (Erlang's ~p of the decoded term), so that error texts match RabbitMQ's.
+
+// fieldType returns RabbitMQ's name of the AMQP field type of v, as used in
+// reply texts ("longstr", "signedint", "binary", ...).
+func fieldType(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "void"
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int:
+		if v >= math.MinInt32 && v <= math.MaxInt32 {
+			return "signedint"
+		}
+		return "long"
+	case int64, uint, uint64:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case amqp.Decimal:
+		return "decimal"
+	case string:
+		return "longstr"
+	case []byte:
+		return "binary"
+	case time.Time:
+		return "timestamp"
+	case amqp.Table, map[string]any:
+		return "table"
+	case []any, []string, []amqp.Table:
+		return "array"
+	}
+	return "unknown"
+}
+
+// erlTerm renders v as Erlang's ~p prints RabbitMQ's decoded value.
+func erlTerm(v any) string {
+	var b strings.Builder
+	appendErlTerm(&b, v)
+	return b.String()
+}
+
+func appendErlTerm(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case nil:
+		b.WriteString("undefined")
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
+	case float32:
+		b.WriteString(erlFloat(float64(v)))
+	case float64:
+		b.WriteString(erlFloat(v))
+	case amqp.Decimal:
+		b.WriteString("{" + strconv.Itoa(int(v.Scale)) + "," + strconv.Itoa(int(v.Value)) + "}")
+	case string:
+		b.WriteString(erlBinary(v))
+	case []byte:
+		b.WriteString(erlBinary(string(v)))
+	case time.Time:
+		b.WriteString(strconv.FormatInt(v.Unix(), 10))
+	case amqp.Table:
+		appendErlTable(b, v)
+	case map[string]any:
+		appendErlTable(b, v)
+	case []any:
+		appendErlArray(b, len(v), func(i int) any { return v[i] })
+	case []string:
+		appendErlArray(b, len(v), func(i int) any { return v[i] })
+	case []amqp.Table:
+		appendErlArray(b, len(v), func(i int) any { return v[i] })
+	case uint:
+		b.WriteString(strconv.FormatUint(uint64(v), 10))
+	case uint64:
+		b.WriteString(strconv.FormatUint(v, 10))
+	default:
+		if i, ok := amqp.AsInt64(v); ok {
+			b.WriteString(strconv.FormatInt(i, 10))
+			return
+		}
+		b.WriteString("undefined")
+	}
+}
+
+// appendErlTable renders a table as RabbitMQ's [{Key,Type,Value}] list. The
+// wire order is not kept by amqp.Table, so keys are sorted.
+func appendErlTable(b *strings.Builder, t map[string]any) {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.WriteByte('[')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("{" + erlBinary(k) + "," + fieldType(t[k]) + ",")
+		appendErlTerm(b, t[k])
+		b.WriteByte('}')
+	}
+	b.WriteByte(']')
+}
+
+func appendErlArray(b *strings.Builder, n int, elem func(int) any) {
+	b.WriteByte('[')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		v := elem(i)
+		b.WriteString("{" + fieldType(v) + ",")
+		appendErlTerm(b, v)
+		b.WriteByte('}')
+	}
+	b.WriteByte(']')
+}
+
+// erlBinary renders s as an Erlang binary: <<"text">> when every byte is
+// printable Latin-1 (with \" \\ \n and friends escaped), else <<1,2,3>>.
+func erlBinary(s string) string {
+	if s == "" {
+		return "<<>>"
+	}
+	printable := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 32 && c <= 126 || c >= 160 || erlEscape(c) != 0) {
+			printable = false
+			break
+		}
+	}
+	var b strings.Builder
+	b.WriteString("<<")
+	if printable {
+		b.WriteByte('"')
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			switch {
+			case c == '"' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case erlEscape(c) != 0:
+				b.WriteByte('\\')
+				b.WriteByte(erlEscape(c))
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('"')
+	} else {
+		for i := 0; i < len(s); i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.Itoa(int(s[i])))
+		}
+	}
+	b.WriteString(">>")
+	return b.String()
+}
+
+// erlEscape returns the escape letter of a printable control character, or 0.
+func erlEscape(c byte) byte {
+	switch c {
+	case '\n':
+		return 'n'
+	case '\r':
+		return 'r'
+	case '\t':
+		return 't'
+	case '\v':
+		return 'v'
+	case '\b':
+		return 'b'
+	case '\f':
+		return 'f'
+	case 27:
+		return 'e'
+	}
+	return 0
+}
+
+// erlFloat renders f as Erlang/OTP 25's ~p does: the shortest digits that
+// read back exactly, in plain or scientific notation, whichever is shorter
+// (plain on a tie), always with a fractional part: 2.0, 1.5e7, 1.0e-5.
+func erlFloat(f float64) string {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	sign := ""
+	if math.Signbit(f) {
+		sign, f = "-", -f
+	}
+	if f == 0 {
+		return sign + "0.0"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
+	mant, expStr, _ := strings.Cut(e, "e")
+	exp, _ := strconv.Atoi(expStr)
+	digits := strings.Replace(mant, ".", "", 1)
+	// Scientific: d.ddd (at least one fractional digit) e exp.
+	sci := digits[:1] + "." + digits[1:]
+	if len(digits) == 1 {
+		sci += "0"
+	}
+	sci += "e" + strconv.Itoa(exp)
+	// Plain: the decimal point after exp+1 digits.
+	var plain string
+	switch point := exp + 1; {
+	case point <= 0:
+		plain = "0." + strings.Repeat("0", -point) + digits
+	case point >= len(digits):
+		plain = digits + strings.Repeat("0", point-len(digits)) + ".0"
+	default:
+		plain = digits[:point] + "." + digits[point:]
+	}
+	if len(sci) < len(plain) {
+		return sign + sci
+	}
+	return sign + plain
+}
