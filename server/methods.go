@@ -255,7 +255,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			return err
 		}
 		e = &queueEntry{
-			q: queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete}),
+			q:    queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete}),
 			args: m.Arguments,
 		}
 		if m.Exclusive {
