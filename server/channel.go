@@ -56,7 +56,7 @@ type channel struct {
 	confirm      bool
 	publishSeq   uint64 // last publish sequence number handed out in confirm mode
 	confirmed    uint64 // highest sequence ready to be confirmed
-	acked        uint64 // highest sequence already confirmed to the client
+	acked        uint64 // highest sequence already confirmed to the client (confirmMu)
 	confirmDirty bool
 	tx           bool
 	txPubs       []*txPublish
@@ -70,6 +70,9 @@ type channel struct {
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.
 	globalLimit    atomic.Uint32
 	globalInflight atomic.Int64
+
+	asyncConfirms atomic.Int64 // confirms waiting for a commit callback
+	confirmMu     sync.Mutex   // guards acked between the reader and commit callbacks
 
 	mu        sync.Mutex
 	closed    bool

@@ -21,6 +21,13 @@ type Config struct {
 	ChannelMax uint16
 	// MaxMessageSize is the largest message body accepted (RabbitMQ 4.x default: 16 MiB).
 	MaxMessageSize uint64
+	// MemoryHighWatermark is the fraction of RAM above which publishers are blocked (default 0.4).
+	MemoryHighWatermark float64
+	// MemoryHighWatermarkBytes, if set, is an absolute limit and overrides MemoryHighWatermark.
+	MemoryHighWatermarkBytes int64
+	// DiskFreeLimit is the free space on the data directory's file system below which publishers
+	// are blocked (default 50 MB).
+	DiskFreeLimit int64
 }
 
 // DefaultConfig returns the configuration `warren serve` uses when given no flags.
@@ -31,6 +38,8 @@ func DefaultConfig() Config {
 		Heartbeat:      60 * time.Second,
 		FrameMax:       131072,
 		ChannelMax:     2047,
-		MaxMessageSize: 16 << 20,
+		MaxMessageSize:      16 << 20,
+		MemoryHighWatermark: 0.4,
+		DiskFreeLimit:       50_000_000,
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,8 @@ type conn struct {
 	forced        atomic.Bool
 	open          atomic.Bool // handshake done
 	stop          bool        // reader: the connection is finished
+	quit          chan struct{} // closed by forceClose
+	credit        credit
 	peerCloses    bool        // we sent close-ok: let the client close the socket first
 }
 
@@ -62,8 +65,66 @@ func newConn(s *Server, nc net.Conn, id uint64) *conn {
 		out:         newOutbound(nc),
 		channels:    make(map[uint16]*channel),
 		exclusiveQs: make(map[*queueEntry]struct{}),
+		quit:        make(chan struct{}),
 	}
+	c.credit.init(connectionCredit)
 	return c
+}
+
+// connectionCredit bounds the bytes of persistent messages a connection may have on their way to
+// disk; past it the reader stops reading until commits catch up, so a fast publisher cannot outrun
+// the disk without limit.
+const connectionCredit = 16 << 20
+
+// credit is a byte budget: acquire blocks while it is used up.
+type credit struct {
+	mu    sync.Mutex
+	cond  sync.Cond
+	used  int64
+	limit int64
+}
+
+func (c *credit) init(limit int64) {
+	c.limit = limit
+	c.cond.L = &c.mu
+}
+
+func (c *credit) acquire(n int64) {
+	c.mu.Lock()
+	for c.used > 0 && c.used+n > c.limit {
+		c.cond.Wait()
+	}
+	c.used += n
+	c.mu.Unlock()
+}
+
+func (c *credit) release(n int64) {
+	c.mu.Lock()
+	c.used -= n
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+// waitWhileBlocked holds a publishing connection while a resource alarm is raised: it tells the
+// client with connection.blocked (if it asked for that) and stops reading until the alarm clears.
+func (c *conn) waitWhileBlocked() {
+	reason, cleared := c.s.alarms.blocked()
+	if reason == "" {
+		return
+	}
+	if c.capBlocked {
+		c.out.sendMethod(0, &amqp.ConnectionBlocked{Reason: reason})
+	}
+	c.log.Info("connection blocked by a resource alarm", "reason", reason)
+	select {
+	case <-cleared:
+	case <-c.quit:
+		return
+	}
+	if c.capBlocked {
+		c.out.sendMethod(0, &amqp.ConnectionUnblocked{})
+	}
+	c.log.Info("connection unblocked")
 }
 
 // deadlineReader refreshes the read deadline before each read: heartbeats (two missed intervals mean
@@ -467,7 +528,10 @@ func (c *conn) closeWithError(e *amqp.Error) {
 
 // forceClose is called by Shutdown from another goroutine.
 func (c *conn) forceClose(e *amqp.Error) {
-	c.forced.Store(true)
+	if c.forced.Swap(true) {
+		return
+	}
+	close(c.quit)
 	c.forceDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
 	if !c.open.Load() {
 		c.nc.SetReadDeadline(time.Now())
@@ -608,15 +672,19 @@ func (c *conn) flushConfirms() {
 	for i, ch := range c.confirmDirty {
 		ch.confirmDirty = false
 		c.confirmDirty[i] = nil
-		if ch.closing || ch.confirmed <= ch.acked {
+		if ch.closing {
 			continue
 		}
-		multiple := ch.confirmed-ch.acked > 1
-		ch.acked = ch.confirmed
-		if c.out.lockAppend() {
-			c.out.buf = amqp.AppendBasicAck(c.out.buf, ch.id, ch.confirmed, multiple)
-			c.out.unlockAppend()
+		ch.confirmMu.Lock()
+		if ch.confirmed > ch.acked {
+			multiple := ch.confirmed-ch.acked > 1
+			ch.acked = ch.confirmed
+			if c.out.lockAppend() {
+				c.out.buf = amqp.AppendBasicAck(c.out.buf, ch.id, ch.confirmed, multiple)
+				c.out.unlockAppend()
+			}
 		}
+		ch.confirmMu.Unlock()
 	}
 	c.confirmDirty = c.confirmDirty[:0]
 }
@@ -648,6 +716,10 @@ func (c *conn) deleteQueue(e *queueEntry) int {
 	}
 	if e.owner != nil {
 		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
+	} else if e.q.Durable {
+		if err := c.vhost.syncMeta(); err != nil {
+			c.log.Error("cannot store metadata", "err", err)
+		}
 	}
 	return n
 }

@@ -1,12 +1,15 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"warren/amqp"
 	"warren/exchange"
 	"warren/server/queue"
+	"warren/storage"
 )
 
 const (
@@ -21,6 +24,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	if cls == amqp.ClassBasic {
 		switch mid {
 		case 40:
+			ch.c.waitWhileBlocked()
 			p, err := amqp.ParseBasicPublish(args)
 			if err != nil {
 				return decodeError(err)
@@ -76,16 +80,25 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		if err := c.vhost.exchanges.Delete(m.Exchange, m.IfUnused); err != nil {
 			return err
 		}
+		if err := ch.syncMeta(); err != nil {
+			return err
+		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeleteOk{})
 	case *amqp.ExchangeBind:
 		if err := c.vhost.exchanges.Bind(exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange,
 			Key: m.RoutingKey, Args: m.Arguments}); err != nil {
 			return err
 		}
+		if err := ch.syncMeta(); err != nil {
+			return err
+		}
 		return ch.reply(m.NoWait, &amqp.ExchangeBindOk{})
 	case *amqp.ExchangeUnbind:
 		if err := c.vhost.exchanges.Unbind(exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange,
 			Key: m.RoutingKey, Args: m.Arguments}); err != nil {
+			return err
+		}
+		if err := ch.syncMeta(); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeUnbindOk{})
@@ -169,11 +182,25 @@ func (ch *channel) reply(noWait bool, m amqp.Method) *amqp.Error {
 }
 
 func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
-	_, _, err := ch.c.vhost.exchanges.Declare(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Passive, m.Arguments)
+	_, created, err := ch.c.vhost.exchanges.Declare(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Passive, m.Arguments)
 	if err != nil {
 		return err
 	}
+	if created && m.Durable {
+		if err := ch.syncMeta(); err != nil {
+			return err
+		}
+	}
 	return ch.reply(m.NoWait, &amqp.ExchangeDeclareOk{})
+}
+
+// syncMeta makes the vhost's durable metadata durable before a reply goes out.
+func (ch *channel) syncMeta() *amqp.Error {
+	if err := ch.c.vhost.syncMeta(); err != nil {
+		ch.c.log.Error("cannot store metadata", "err", err)
+		return amqp.Errorf(amqp.InternalError, "cannot store metadata: %v", err)
+	}
+	return nil
 }
 
 // resolveQueueName applies the spec's rule that an empty queue name means the channel's last declared queue.
@@ -255,7 +282,8 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			return err
 		}
 		e = &queueEntry{
-			q:    queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete}),
+			q: queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete,
+				ID: c.s.nextQueueID.Add(1), DB: v.db, Logger: c.log}),
 			args: m.Arguments,
 		}
 		if m.Exclusive {
@@ -264,6 +292,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		}
 		v.queues[name] = e
 		v.mu.Unlock()
+		if m.Durable && !m.Exclusive {
+			if err := ch.syncMeta(); err != nil {
+				return err
+			}
+		}
 	}
 	ch.lastQueue = name
 	if m.NoWait {
@@ -289,9 +322,9 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 		return amqp.Errorf(amqp.AccessRefused, "cannot bind or unbind to a volatile (direct reply-to) queue")
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	e := v.queues[qname]
 	if e == nil {
+		v.mu.Unlock()
 		if !bind {
 			// RabbitMQ answers unbind-ok for a missing queue only when the exchange is also checked.
 			if _, ok := v.exchanges.Get(exName); !ok {
@@ -301,17 +334,26 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 		return ch.queueNotFound(qname)
 	}
 	if e.owner != nil && e.owner != c {
+		v.mu.Unlock()
 		return ch.lockedError(qname)
 	}
 	b := exchange.Binding{Source: exName, Dest: qname, DestKind: exchange.ToQueue, Key: key, Args: args}
 	if bind {
-		if err := v.exchanges.Bind(b); err != nil {
+		err = v.exchanges.Bind(b)
+	} else {
+		err = v.exchanges.Unbind(b)
+	}
+	v.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if e.q.Durable && e.owner == nil {
+		if err := ch.syncMeta(); err != nil {
 			return err
 		}
-		return ch.reply(noWait, &amqp.QueueBindOk{})
 	}
-	if err := v.exchanges.Unbind(b); err != nil {
-		return err
+	if bind {
+		return ch.reply(noWait, &amqp.QueueBindOk{})
 	}
 	c.out.sendMethod(ch.id, &amqp.QueueUnbindOk{})
 	return nil
@@ -566,8 +608,14 @@ func (ch *channel) commit() *amqp.Error {
 	pubs, acks := ch.txPubs, ch.txAcks
 	ch.txPubs, ch.txAcks = nil, nil
 	for _, p := range pubs {
-		if err := ch.route(p.msg, p.mandatory); err != nil {
+		if err := ch.route(p.msg, p.mandatory, nil); err != nil {
 			return err
+		}
+	}
+	if len(pubs) > 0 {
+		// The committer works in order: once this empty batch is done, so are the publishes'.
+		if err := ch.c.s.db.CommitSync(&storage.Batch{}); err != nil {
+			return amqp.Errorf(amqp.InternalError, "cannot store messages: %v", err)
 		}
 	}
 	for _, a := range acks {
@@ -666,14 +714,105 @@ func (ch *channel) publishComplete() *amqp.Error {
 	if ch.confirm {
 		ch.publishSeq++
 	}
-	if err := ch.route(msg, mandatory); err != nil {
+	var cg *confirmGroup
+	if msg.Persistent {
+		// Persistent messages may be written to disk: count them against the connection's credit and
+		// let the queues' commit callbacks finish the group.
+		cg = &confirmGroup{ch: ch, seq: ch.publishSeq, bytes: int64(len(msg.Body))}
+		cg.remaining.Store(1) // held until routing is done
+		ch.c.credit.acquire(cg.bytes)
+	}
+	if err := ch.route(msg, mandatory, cg); err != nil {
+		if cg != nil {
+			cg.finish(nil)
+		}
 		return err
 	}
-	if ch.confirm {
-		ch.confirmed = ch.publishSeq
-		ch.c.markConfirmDirty(ch)
+	if cg != nil && cg.remaining.Load() > 1 {
+		// Some queue writes to disk: the confirm goes out from the commit callback.
+		if ch.confirm {
+			cg.confirm = true
+			ch.asyncConfirms.Add(1)
+		}
+		cg.finish(nil)
+		return nil
 	}
+	if cg != nil {
+		cg.finish(nil)
+	}
+	if !ch.confirm {
+		return nil
+	}
+	if ch.asyncConfirms.Load() > 0 {
+		// Earlier confirms still wait for the disk: keep the order by queueing behind them.
+		ch.asyncConfirms.Add(1)
+		seq := ch.publishSeq
+		ch.c.s.db.Commit(&storage.Batch{}, func(err error) { ch.confirmAsync(seq, err) })
+		return nil
+	}
+	ch.confirmed = ch.publishSeq
+	ch.c.markConfirmDirty(ch)
 	return nil
+}
+
+// confirmGroup counts a persistent publish's outstanding queue writes. The last one to finish gives
+// the bytes back to the connection's credit and, in confirm mode, confirms the publish.
+type confirmGroup struct {
+	ch        *channel
+	seq       uint64
+	bytes     int64
+	confirm   bool // set before the hold is released, so callbacks see it
+	remaining atomic.Int32
+	failed    atomic.Bool
+}
+
+func (g *confirmGroup) finish(err error) {
+	if err != nil {
+		g.failed.Store(true)
+	}
+	if g.remaining.Add(-1) != 0 {
+		return
+	}
+	g.ch.c.credit.release(g.bytes)
+	if g.confirm {
+		var ferr error
+		if g.failed.Load() {
+			ferr = errConfirmFailed
+		}
+		g.ch.confirmAsync(g.seq, ferr)
+	}
+}
+
+var errConfirmFailed = errors.New("a queue write failed")
+
+// confirmAsync confirms (or nacks, when the write failed) a publish from a commit callback. The
+// committer runs callbacks in submission order, so confirms stay in sequence.
+func (ch *channel) confirmAsync(seq uint64, err error) {
+	ch.asyncConfirms.Add(-1)
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return
+	}
+	ch.confirmMu.Lock()
+	defer ch.confirmMu.Unlock()
+	if seq <= ch.acked {
+		return
+	}
+	o := ch.c.out
+	if !o.lockAppend() {
+		return
+	}
+	if err != nil {
+		if seq-ch.acked > 1 {
+			o.buf = amqp.AppendBasicAck(o.buf, ch.id, seq-1, seq-1-ch.acked > 1)
+		}
+		o.buf = amqp.AppendBasicNack(o.buf, ch.id, seq, false, false)
+	} else {
+		o.buf = amqp.AppendBasicAck(o.buf, ch.id, seq, seq-ch.acked > 1)
+	}
+	ch.acked = seq
+	o.unlockAppend()
 }
 
 func (ch *channel) checkPublishExchange(name string) *amqp.Error {
@@ -688,7 +827,8 @@ func (ch *channel) checkPublishExchange(name string) *amqp.Error {
 }
 
 // route delivers a complete message to its queues, or returns it when mandatory and unroutable.
-func (ch *channel) route(msg *queue.Message, mandatory bool) *amqp.Error {
+// When cg is not nil, each queue that writes the message to disk adds to it.
+func (ch *channel) route(msg *queue.Message, mandatory bool, cg *confirmGroup) *amqp.Error {
 	c := ch.c
 	if err := ch.checkPublishExchange(msg.Exchange); err != nil {
 		return err
@@ -738,8 +878,19 @@ func (ch *channel) route(msg *queue.Message, mandatory bool) *amqp.Error {
 		return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", msg.Exchange, c.vhost.name)
 	}
 	delivered := false
+	var done func(error)
+	if cg != nil {
+		done = cg.finish
+	}
 	for i, e := range ch.routeQueues {
-		if e.q.Publish(msg) {
+		if cg != nil {
+			cg.remaining.Add(1)
+		}
+		ok, async := e.q.Publish(msg, done)
+		if cg != nil && !async {
+			cg.remaining.Add(-1)
+		}
+		if ok {
 			delivered = true
 		}
 		ch.routeQueues[i] = nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/storage"
 )
 
 // Version is reported in connection.start's server properties.
@@ -35,6 +36,10 @@ type Server struct {
 	replyTo map[string]*channel // direct reply-to keys -> channel with a reply consumer
 
 	nextConsumerID atomic.Uint64
+	nextQueueID    atomic.Uint64
+
+	db     *storage.DB
+	alarms *alarms
 
 	wg sync.WaitGroup // accept loop and connection goroutines
 }
@@ -60,17 +65,29 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.DataDir != "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("create data dir: %w", err)
-		}
+	if cfg.DataDir == "" {
+		cfg.DataDir = def.DataDir
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	db, err := storage.Open(storage.Options{Dir: cfg.DataDir, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		vhosts:  map[string]*vhost{"/": newVhost("/")},
+		db:      db,
 		conns:   make(map[*conn]struct{}),
 		replyTo: make(map[string]*channel),
+	}
+	v := newVhost("/", db)
+	s.vhosts = map[string]*vhost{"/": v}
+	if err := v.recover(s); err != nil {
+		v.close()
+		db.Close()
+		return nil, fmt.Errorf("recover %s: %w", cfg.DataDir, err)
 	}
 	return s, nil
 }
@@ -84,6 +101,7 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
+	s.alarms = newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.log)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
@@ -176,11 +194,34 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
+	if s.alarms != nil {
+		s.alarms.stop()
+	}
 	for _, v := range s.vhosts {
 		v.close()
 	}
+	if cerr := s.db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close storage: %w", cerr)
+	}
 	s.log.Info("broker stopped")
 	return err
+}
+
+// memoryLimit turns the configured watermark into bytes.
+func (s *Server) memoryLimit() int64 {
+	if s.cfg.MemoryHighWatermarkBytes > 0 {
+		return s.cfg.MemoryHighWatermarkBytes
+	}
+	if s.cfg.MemoryHighWatermark <= 0 {
+		return 0
+	}
+	return int64(s.cfg.MemoryHighWatermark * float64(totalMemory()))
+}
+
+// SetResourceLimits changes the memory limit (bytes; 0 disables) and the disk free limit (bytes)
+// of a running broker, and re-checks the alarms at once.
+func (s *Server) SetResourceLimits(memoryBytes, diskFreeBytes int64) {
+	s.alarms.setLimits(memoryBytes, diskFreeBytes)
 }
 
 func (s *Server) registerReplyTo(key string, ch *channel) {

@@ -6,6 +6,7 @@ import (
 	"warren/amqp"
 	"warren/exchange"
 	"warren/server/queue"
+	"warren/storage"
 )
 
 // vhost holds a virtual host's exchanges and queues.
@@ -17,6 +18,10 @@ type vhost struct {
 	queues map[string]*queueEntry
 
 	queueExistsFn func(string) bool
+
+	db        *storage.DB
+	metaMu    sync.Mutex        // serialises syncMeta
+	persisted map[string][]byte // metadata records on disk, by key
 }
 
 // queueEntry is a declared queue plus what the server needs to know about it.
@@ -26,11 +31,13 @@ type queueEntry struct {
 	owner *conn // exclusive owner; nil if not exclusive
 }
 
-func newVhost(name string) *vhost {
+func newVhost(name string, db *storage.DB) *vhost {
 	v := &vhost{
 		name:      name,
 		exchanges: exchange.NewRegistry(name),
 		queues:    make(map[string]*queueEntry),
+		db:        db,
+		persisted: make(map[string][]byte),
 	}
 	v.queueExistsFn = v.queueExists
 	return v
@@ -68,7 +75,9 @@ func (v *vhost) deleteQueue(e *queueEntry) (map[queue.ConsumerID]queue.Consumer,
 		v.exchanges.RemoveQueue(e.q.Name)
 	}
 	v.mu.Unlock()
-	return e.q.Close()
+	consumers, n := e.q.Close()
+	e.q.Drop()
+	return consumers, n
 }
 
 // close stops every queue's dispatcher (broker shutdown).

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// alarms watches memory use and free disk space. While either alarm is raised, connections that
+// publish are blocked: they get connection.blocked (if they asked for it) and their sockets are not
+// read until the alarm clears, while consumers keep working. This is RabbitMQ's flow control.
+type alarms struct {
+	dataDir string
+	log     logger
+
+	mu        sync.Mutex
+	memLimit  int64 // bytes; 0 disables
+	diskLimit int64 // bytes of free space below which the disk alarm is raised; 0 disables
+	memory    bool
+	disk      bool
+	cleared   chan struct{} // closed when no alarm is raised; replaced when one is raised
+	rss       int64
+	free      int64
+
+	quit chan struct{}
+	done chan struct{}
+}
+
+// logger is the slice of slog.Logger alarms need.
+type logger interface {
+	Warn(msg string, args ...any)
+	Info(msg string, args ...any)
+}
+
+func newAlarms(dataDir string, memLimit, diskLimit int64, log logger) *alarms {
+	a := &alarms{
+		dataDir:   dataDir,
+		log:       log,
+		memLimit:  memLimit,
+		diskLimit: diskLimit,
+		cleared:   make(chan struct{}),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	close(a.cleared)
+	a.check()
+	go a.run()
+	return a
+}
+
+func (a *alarms) run() {
+	defer close(a.done)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.quit:
+			return
+		case <-t.C:
+			a.check()
+		}
+	}
+}
+
+func (a *alarms) stop() {
+	close(a.quit)
+	<-a.done
+}
+
+// check samples memory and disk and raises or clears the alarms.
+func (a *alarms) check() {
+	rss := readRSS()
+	var free int64 = -1
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(a.dataDir, &st); err == nil {
+		free = int64(st.Bavail) * int64(st.Bsize)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rss, a.free = rss, free
+	mem := a.memLimit > 0 && rss > a.memLimit
+	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit
+	if mem != a.memory {
+		if mem {
+			a.log.Warn("memory alarm raised: publishers are blocked", "rss", rss, "limit", a.memLimit)
+		} else {
+			a.log.Info("memory alarm cleared", "rss", rss, "limit", a.memLimit)
+		}
+	}
+	if disk != a.disk {
+		if disk {
+			a.log.Warn("disk alarm raised: publishers are blocked", "free", free, "limit", a.diskLimit, "dir", a.dataDir)
+		} else {
+			a.log.Info("disk alarm cleared", "free", free, "limit", a.diskLimit)
+		}
+	}
+	was := a.memory || a.disk
+	a.memory, a.disk = mem, disk
+	now := mem || disk
+	switch {
+	case now && !was:
+		a.cleared = make(chan struct{})
+	case !now && was:
+		close(a.cleared)
+	}
+}
+
+// blocked returns a non-empty reason and a channel closed when publishing may resume, or "" if
+// no alarm is raised.
+func (a *alarms) blocked() (string, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.memory && a.disk:
+		return "low on memory and disk", a.cleared
+	case a.memory:
+		return "low on memory", a.cleared
+	case a.disk:
+		return "low on disk", a.cleared
+	}
+	return "", nil
+}
+
+// setLimits changes the thresholds (operators and tests) and re-evaluates at once.
+func (a *alarms) setLimits(memLimit, diskLimit int64) {
+	a.mu.Lock()
+	a.memLimit, a.diskLimit = memLimit, diskLimit
+	a.mu.Unlock()
+	a.check()
+}
+
+// readRSS returns the process's resident set size in bytes (0 if unknown).
+func readRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+// totalMemory returns the machine's RAM in bytes from /proc/meminfo (0 if unknown).
+func totalMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := bytes.Fields(sc.Bytes())
+		if len(fields) >= 2 && string(fields[0]) == "MemTotal:" {
+			kb, err := strconv.ParseInt(string(fields[1]), 10, 64)
+			if err == nil {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}

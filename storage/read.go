@@ -1,0 +1,172 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Get returns a copy of the value stored under key, or ErrNotFound.
+func (d *DB) Get(key []byte) ([]byte, error) {
+	if d.isClosed() {
+		return nil, ErrClosed
+	}
+	var val []byte
+	err := d.bdb.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(key)
+		if err != nil {
+			return err
+		}
+		val, err = item.ValueCopy(nil)
+		if err == nil && int64(len(val)) != item.ValueSize() {
+			// badger logs and swallows value-log read errors, returning an empty value.
+			return fmt.Errorf("%w: the value of key %x (%d bytes) cannot be read", ErrCorrupt, key, item.ValueSize())
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return val, nil
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return nil, ErrNotFound
+	case errors.Is(err, badger.ErrDBClosed):
+		return nil, ErrClosed
+	case errors.Is(err, ErrCorrupt):
+		return nil, err
+	}
+	return nil, fmt.Errorf("storage: get %x: %w", key, err)
+}
+
+// Scan calls fn for every key with the prefix, in key order. With keysOnly the values are not read and
+// value is nil. key and value are only valid during the call. An error from fn stops the scan and is
+// returned as is. Scan sees a consistent snapshot; it is meant for boot, never for the hot path.
+// A key whose value cannot be read (a damaged value log) is skipped with an Error log line rather than
+// stopping the scan; Get on it returns ErrCorrupt.
+func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error) error {
+	if d.isClosed() {
+		return ErrClosed
+	}
+	var fnErr error
+	err := d.bdb.View(func(txn *badger.Txn) error {
+		io := badger.DefaultIteratorOptions
+		io.Prefix = prefix
+		io.PrefetchValues = !keysOnly
+		io.PrefetchSize = 16
+		it := txn.NewIterator(io)
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			item := it.Item()
+			if keysOnly {
+				fnErr = fn(item.Key(), nil)
+			} else {
+				verr := item.Value(func(v []byte) error {
+					if int64(len(v)) != item.ValueSize() {
+						d.log.Error("skipping a record whose value cannot be read (damaged value log)",
+							"key", fmt.Sprintf("%x", item.Key()), "size", item.ValueSize())
+						return nil
+					}
+					fnErr = fn(item.Key(), v)
+					return nil
+				})
+				if verr != nil {
+					return verr
+				}
+			}
+			if fnErr != nil {
+				return fnErr
+			}
+		}
+		return nil
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return fmt.Errorf("storage: scan %x: %w", prefix, err)
+	}
+	return nil
+}
+
+// deleteRangeChunk is how many keys DeleteRange collects before handing them to the write batch.
+const deleteRangeChunk = 4096
+
+// DeleteRange deletes every key with the prefix and returns how many it deleted. It iterates keys only
+// and deletes through a badger WriteBatch (never DropPrefix, which stalls all writes). It is synchronous.
+// Keys written under the prefix while it runs may survive.
+func (d *DB) DeleteRange(prefix []byte) (int, error) {
+	if d.isClosed() {
+		return 0, ErrClosed
+	}
+	wb := d.bdb.NewWriteBatch()
+	defer wb.Cancel()
+	n := 0
+	var delErr error
+	err := d.bdb.View(func(txn *badger.Txn) error {
+		io := badger.DefaultIteratorOptions
+		io.Prefix = prefix
+		io.PrefetchValues = false
+		it := txn.NewIterator(io)
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			if delErr = wb.Delete(it.Item().KeyCopy(nil)); delErr != nil {
+				return delErr
+			}
+			n++
+		}
+		return nil
+	})
+	if err == nil {
+		err = wb.Flush()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("storage: delete range %x: %w", prefix, err)
+	}
+	return n, nil
+}
+
+// Stats are cumulative counters for benchmarks and metrics.
+type Stats struct {
+	Batches   uint64 // Commit calls completed
+	Txns      uint64 // badger transactions committed (each one fsync with SyncWrites) — "fsyncs"
+	Ops       uint64 // Set+Delete operations written
+	LSMBytes  int64  // disk space used by the LSM tree (*.sst and *.mem files)
+	VlogBytes int64  // disk space used by the value log (*.vlog files)
+}
+
+// Stats returns the counters. The byte sizes are the blocks allocated on disk (badger preallocates its
+// log files sparsely, so file sizes would overstate them); they are 0 in memory.
+func (d *DB) Stats() Stats {
+	s := Stats{Batches: d.statBatches.Load(), Txns: d.statTxns.Load(), Ops: d.statOps.Load()}
+	if d.dir == "" {
+		return s
+	}
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return s
+	}
+	for _, e := range entries {
+		name := e.Name()
+		isVlog := strings.HasSuffix(name, ".vlog")
+		if !isVlog && !strings.HasSuffix(name, ".sst") && !strings.HasSuffix(name, ".mem") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		size := info.Size()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			size = min(size, st.Blocks*512)
+		}
+		if isVlog {
+			s.VlogBytes += size
+		} else {
+			s.LSMBytes += size
+		}
+	}
+	return s
+}

@@ -1,0 +1,452 @@
+// Package storage is Warren's durable storage engine: one badger DB per node, a group committer that packs
+// many writes from many connections into few fsynced transactions, background value-log GC and recovery
+// checks at open. It stores bytes and knows nothing about AMQP.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// FormatVersion is the on-disk format this build reads and writes; it is recorded in Dir/FORMAT.
+const FormatVersion = 1
+
+// Sentinel errors. Test with errors.Is: the errors returned carry more detail.
+var (
+	// ErrLocked means another process (or another Open in this process) holds the data directory.
+	ErrLocked = errors.New("storage: data directory is locked")
+	// ErrFormat means the data directory was written by an incompatible storage format.
+	ErrFormat = errors.New("storage: incompatible storage format")
+	// ErrNotFound is returned by Get for a missing key.
+	ErrNotFound = errors.New("storage: key not found")
+	// ErrCorrupt is returned by Get when a stored value cannot be read back (for example its value-log
+	// entry was cut off by a torn write).
+	ErrCorrupt = errors.New("storage: stored value is damaged")
+	// ErrClosed is returned (or passed to done callbacks) after Close.
+	ErrClosed = errors.New("storage: closed")
+)
+
+const (
+	lockFileName   = "LOCK"
+	formatFileName = "FORMAT"
+	formatPrefix   = "warren-storage "
+
+	defaultValueThreshold   = 512
+	defaultMemTableSize     = 16 << 20
+	defaultNumMemtables     = 2
+	defaultBlockCacheSize   = 16 << 20
+	defaultIndexCacheSize   = 16 << 20
+	defaultValueLogFileSize = 256 << 20
+	defaultNumCompactors    = 2
+	defaultGCInterval       = time.Minute
+	defaultGCDiscardRatio   = 0.5
+	defaultMaxPendingBytes  = 16 << 20
+	defaultMaxPendingOps    = 64 << 10
+	inMemoryValueThreshold  = 1 << 20 // badger's maximum; in-memory mode has no value log
+)
+
+// Options configure the engine. Zero values mean the defaults noted.
+type Options struct {
+	Dir      string       // data directory (created if missing); unused with InMemory
+	Logger   *slog.Logger // nil = slog.Default()
+	InMemory bool         // tests only: badger in-memory mode, no lock/format files; values are limited to 1 MiB
+	// NoSync turns off fsync per commit (tests/benchmarks only). Default: SyncWrites on.
+	NoSync bool
+	// ValueThreshold: values of at least this many bytes go to the value log, smaller ones stay in the LSM
+	// tree. Default 512, so message bodies live in the value log and the LSM tree stays small.
+	ValueThreshold int64
+	// GCInterval is how often value-log GC runs. Default 1 minute; negative disables it.
+	GCInterval time.Duration
+
+	// Unexported knobs for tests and tuning.
+	maxPendingBytes  int64 // committer queue bound in payload bytes (default 16 MiB)
+	maxPendingOps    int   // committer queue bound in operations (default 64k)
+	memTableSize     int64 // default 16 MiB
+	valueLogFileSize int64 // default 256 MiB
+}
+
+// DB is the node's storage engine. All methods are safe for concurrent use.
+type DB struct {
+	bdb    *badger.DB
+	opts   Options
+	log    *slog.Logger
+	dir    string
+	lockFd *os.File
+
+	// Size limits of one badger transaction, mirrored from badger so that batches are not split.
+	txnMaxSize  int64
+	txnMaxCount int64
+	valueThresh int64
+
+	// Committer queue; see commit.go.
+	mu           sync.Mutex
+	wake         chan struct{} // capacity 1: poked after every queued batch and on close
+	spaceCond    *sync.Cond    // signalled when the queue drains or on close
+	queue        []pending
+	spare        []pending
+	queuedBytes  int64
+	queuedOps    int
+	closed       bool
+	committerEnd chan struct{}
+
+	gcStop chan struct{}
+	gcEnd  chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+
+	statBatches atomic.Uint64
+	statTxns    atomic.Uint64
+	statOps     atomic.Uint64
+}
+
+// dirError is an error whose text is exactly msg and which matches kind with errors.Is.
+type dirError struct {
+	msg  string
+	kind error
+}
+
+func (e *dirError) Error() string { return e.msg }
+func (e *dirError) Unwrap() error { return e.kind }
+
+// Open opens (creating if needed) the node's one badger DB under opts.Dir. See the package contract: it
+// takes Dir/LOCK, checks or writes Dir/FORMAT, opens badger with small memory settings, reports a damaged
+// log tail that badger repaired, and starts the group committer and the value-log GC goroutine.
+func Open(opts Options) (*DB, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "storage")
+	if opts.ValueThreshold <= 0 {
+		opts.ValueThreshold = defaultValueThreshold
+	}
+	if opts.GCInterval == 0 {
+		opts.GCInterval = defaultGCInterval
+	}
+	if opts.maxPendingBytes <= 0 {
+		opts.maxPendingBytes = defaultMaxPendingBytes
+	}
+	if opts.maxPendingOps <= 0 {
+		opts.maxPendingOps = defaultMaxPendingOps
+	}
+	if opts.memTableSize <= 0 {
+		opts.memTableSize = defaultMemTableSize
+	}
+	if opts.valueLogFileSize <= 0 {
+		opts.valueLogFileSize = defaultValueLogFileSize
+	}
+
+	d := &DB{opts: opts, log: log}
+	var logs []logInspection
+	if !opts.InMemory {
+		if opts.Dir == "" {
+			return nil, errors.New("storage: open: no data directory given")
+		}
+		dir, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("storage: open %s: %w", opts.Dir, err)
+		}
+		d.dir = dir
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
+		}
+		if d.lockFd, err = lockDir(dir); err != nil {
+			return nil, err
+		}
+		if err := checkFormat(dir); err != nil {
+			d.unlock()
+			return nil, err
+		}
+		logs = inspectLogs(dir, log)
+	}
+
+	bopts := d.badgerOptions()
+	bdb, err := badger.Open(bopts)
+	if err != nil {
+		d.unlock()
+		return nil, fmt.Errorf("storage: open badger in %s: %w", d.dir, err)
+	}
+	d.bdb = bdb
+	reportRepairs(logs, log)
+
+	// Mirror badger's per-transaction limits (db.go: maxBatchSize = 15% of the memtable, maxBatchCount =
+	// maxBatchSize / skl.MaxNodeSize), keeping a margin so a merged batch is rarely split.
+	d.txnMaxSize = bopts.MemTableSize * 15 / 100 * 9 / 10
+	d.txnMaxCount = d.txnMaxSize / int64(maxNodeSize)
+	d.valueThresh = bopts.ValueThreshold
+
+	d.wake = make(chan struct{}, 1)
+	d.spaceCond = sync.NewCond(&d.mu)
+	d.committerEnd = make(chan struct{})
+	go d.committer()
+
+	d.gcStop = make(chan struct{})
+	d.gcEnd = make(chan struct{})
+	if opts.InMemory || opts.GCInterval < 0 {
+		close(d.gcEnd)
+	} else {
+		go d.gcLoop(opts.GCInterval)
+	}
+	log.Debug("storage opened", "dir", d.dir, "in_memory", opts.InMemory, "sync", !opts.NoSync,
+		"value_threshold", bopts.ValueThreshold)
+	return d, nil
+}
+
+func (d *DB) badgerOptions() badger.Options {
+	o := d.opts
+	bo := badger.DefaultOptions(d.dir).
+		WithLogger(badgerLogger{l: d.log.With("component", "badger")}).
+		WithSyncWrites(!o.NoSync).
+		WithMemTableSize(o.memTableSize).
+		WithNumMemtables(defaultNumMemtables).
+		WithNumLevelZeroTables(4).
+		WithNumLevelZeroTablesStall(10).
+		WithBlockCacheSize(defaultBlockCacheSize).
+		WithIndexCacheSize(defaultIndexCacheSize).
+		WithValueThreshold(o.ValueThreshold).
+		WithNumVersionsToKeep(1).
+		WithValueLogFileSize(o.valueLogFileSize).
+		WithNumCompactors(defaultNumCompactors).
+		WithDetectConflicts(false).
+		WithMetricsEnabled(false).
+		WithNumGoroutines(4).
+		WithVerifyValueChecksum(true).
+		// We hold Dir/LOCK ourselves (with our pid and our error text); badger's own guard would take the
+		// same file name.
+		WithBypassLockGuard(true)
+	if o.InMemory {
+		bo = bo.WithDir("").WithValueDir("").WithInMemory(true).WithValueThreshold(inMemoryValueThreshold)
+	}
+	return bo
+}
+
+// Close stops the committer (after finishing queued batches) and the GC goroutine, closes badger and
+// releases the lock. Later calls return the first call's result.
+func (d *DB) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		d.spaceCond.Broadcast()
+		d.mu.Unlock()
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+		<-d.committerEnd
+		close(d.gcStop)
+		<-d.gcEnd
+		if err := d.bdb.Close(); err != nil {
+			d.closeErr = fmt.Errorf("storage: close badger in %s: %w", d.dir, err)
+		}
+		d.unlock()
+	})
+	return d.closeErr
+}
+
+func (d *DB) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// gcLoop runs value-log GC every interval until Close.
+func (d *DB) gcLoop(interval time.Duration) {
+	defer close(d.gcEnd)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.gcStop:
+			return
+		case <-t.C:
+		}
+		d.runGC()
+	}
+}
+
+// runGC rewrites value-log files while badger finds one with enough garbage. It stops early on Close.
+func (d *DB) runGC() (rewrites int) {
+	for {
+		select {
+		case <-d.gcStop:
+			return rewrites
+		default:
+		}
+		err := d.bdb.RunValueLogGC(defaultGCDiscardRatio)
+		if err != nil {
+			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+				d.log.Warn("value-log GC failed", "err", err)
+			}
+			if rewrites > 0 {
+				d.log.Debug("value-log GC done", "rewritten_files", rewrites)
+			}
+			return rewrites
+		}
+		rewrites++
+	}
+}
+
+// lockDir takes an exclusive non-blocking flock on dir/LOCK and writes our pid into it.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open lock file %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		buf := make([]byte, 32)
+		n, _ := f.ReadAt(buf, 0)
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid := strings.TrimSpace(string(buf[:n]))
+			if _, perr := strconv.Atoi(pid); perr != nil {
+				pid = "unknown"
+			}
+			return nil, &dirError{
+				msg:  fmt.Sprintf("data directory %s is in use by another Warren process (pid %s)", dir, pid),
+				kind: ErrLocked,
+			}
+		}
+		return nil, fmt.Errorf("storage: lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("storage: write lock file %s: %w", path, err)
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("storage: write lock file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// unlock releases the directory lock (closing the descriptor drops the flock).
+func (d *DB) unlock() {
+	if d.lockFd != nil {
+		_ = d.lockFd.Close()
+		d.lockFd = nil
+	}
+}
+
+// badgerFile reports whether name is a file badger creates in its directory.
+func badgerFile(name string) bool {
+	switch name {
+	case "MANIFEST", "KEYREGISTRY", "DISCARD":
+		return true
+	}
+	for _, ext := range []string{".vlog", ".sst", ".mem"} {
+		if strings.HasSuffix(name, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkFormat verifies dir/FORMAT, or writes it for a new directory.
+func checkFormat(dir string) error {
+	path := filepath.Join(dir, formatFileName)
+	incompatible := func(found string) error {
+		return &dirError{
+			msg: fmt.Sprintf("data directory %s was written by an incompatible storage format (found %s, "+
+				"this Warren uses %d)", dir, found, FormatVersion),
+			kind: ErrFormat,
+		}
+	}
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		s := strings.TrimSpace(string(data))
+		if v, ok := strings.CutPrefix(s, formatPrefix); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				if n == FormatVersion {
+					return nil
+				}
+				return incompatible(fmt.Sprintf("format version %d", n))
+			}
+		}
+		if len(s) > 64 {
+			s = s[:64] + "..."
+		}
+		return incompatible(fmt.Sprintf("FORMAT file containing %q", s))
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("storage: read %s: %w", path, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: read data directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if badgerFile(e.Name()) {
+			return incompatible("badger files without a FORMAT file")
+		}
+	}
+	return writeFileSync(dir, formatFileName, []byte(fmt.Sprintf("%s%d\n", formatPrefix, FormatVersion)))
+}
+
+// writeFileSync writes dir/name atomically and durably (temp file, fsync, rename, fsync dir).
+func writeFileSync(dir, name string, data []byte) error {
+	path := filepath.Join(dir, name)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("storage: write %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("storage: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// badgerLogger sends badger's log lines to slog: Infof at Debug, Warningf at Warn, Errorf at Error.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) logf(level slog.Level, format string, args []any) {
+	if !b.l.Enabled(context.Background(), level) {
+		return
+	}
+	b.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.logf(slog.LevelError, f, a) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.logf(slog.LevelWarn, f, a) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.logf(slog.LevelDebug, f, a) }
+func (b badgerLogger) Debugf(f string, a ...any)   { b.logf(slog.LevelDebug-4, f, a) }
