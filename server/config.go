@@ -33,11 +33,11 @@ type Config struct {
 // DefaultConfig returns the configuration `warren serve` uses when given no flags.
 func DefaultConfig() Config {
 	return Config{
-		AMQPListen:     "127.0.0.1:5672",
-		DataDir:        "./warren-data",
-		Heartbeat:      60 * time.Second,
-		FrameMax:       131072,
-		ChannelMax:     2047,
+		AMQPListen:          "127.0.0.1:5672",
+		DataDir:             "./warren-data",
+		Heartbeat:           60 * time.Second,
+		FrameMax:            131072,
+		ChannelMax:          2047,
 		MaxMessageSize:      16 << 20,
 		MemoryHighWatermark: 0.4,
 		DiskFreeLimit:       50_000_000,

@@ -49,11 +49,11 @@ type conn struct {
 	readTimeout   time.Duration
 	forceDeadline atomic.Int64 // unix nanos; set by Shutdown to bound the wait for close-ok
 	forced        atomic.Bool
-	open          atomic.Bool // handshake done
-	stop          bool        // reader: the connection is finished
+	open          atomic.Bool   // handshake done
+	stop          bool          // reader: the connection is finished
 	quit          chan struct{} // closed by forceClose
 	credit        credit
-	peerCloses    bool        // we sent close-ok: let the client close the socket first
+	peerCloses    bool // we sent close-ok: let the client close the socket first
 }
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
@@ -563,18 +563,26 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 		if cls == amqp.ClassChannel && mid == 10 {
 			return c.openChannel(f.Channel)
 		}
+		if cls == amqp.ClassChannel && mid == 41 {
+			return nil // a late close-ok, as RabbitMQ tolerates
+		}
 		if amqp.NewMethod(cls, mid) == nil {
 			return decodeError(&amqp.UnknownMethodError{ClassID: cls, MethodID: mid})
 		}
 		return &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'", ClassID: cls, MethodID: mid}
 	}
 	if ch.closing {
-		// We sent channel.close: drop everything but close-ok / close.
-		if cls == amqp.ClassChannel && (mid == 41 || mid == 40) {
-			if mid == 40 {
+		// We sent channel.close: drop everything but close-ok, a crossing close, or a new open.
+		if cls == amqp.ClassChannel {
+			switch mid {
+			case 40: // the client closed at the same time: answer, and still wait for our close-ok
 				c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
+			case 41:
+				delete(c.channels, ch.id)
+			case 10:
+				delete(c.channels, ch.id)
+				return c.openChannel(f.Channel)
 			}
-			delete(c.channels, ch.id)
 		}
 		return nil
 	}

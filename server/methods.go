@@ -277,10 +277,12 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return ch.queueNotFound(name)
 		}
-		if err := validateQueueArgs(name, v.name, m.Arguments); err != nil {
+		settings, err := parseQueueArgs(name, v.name, m.Arguments)
+		if err != nil {
 			v.mu.Unlock()
 			return err
 		}
+		_ = settings
 		e = &queueEntry{
 			q: queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete,
 				ID: c.s.nextQueueID.Add(1), DB: v.db, Logger: c.log}),

@@ -126,10 +126,136 @@ func fieldTypeName(v any) string {
 	}
 }
 
-// validateQueueArgs checks the arguments of a new queue. Queue types other than classic arrive with
-// later work; refusing them is better than pretending to replicate.
-func validateQueueArgs(name, vhost string, args amqp.Table) *amqp.Error {
-	if v, ok := args["x-queue-type"]; ok {
+// queueSettings are the lifecycle settings a queue's x-arguments ask for.
+type queueSettings struct {
+	messageTTL      int64 // ms; -1 none
+	expires         int64 // ms; -1 none
+	maxLength       int64 // -1 none
+	maxLengthBytes  int64 // -1 none
+	overflow        string
+	maxPriority     uint8
+	dlx             string
+	hasDLX          bool
+	dlrk            string
+	hasDLRK         bool
+	singleActive    bool
+	deliveryLimit   int64 // -1 none
+	consumerTimeout int64 // ms; -1 = the server default
+}
+
+// parseQueueArgs validates a new queue's arguments with RabbitMQ's texts and returns its settings.
+func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.Error) {
+	st := queueSettings{messageTTL: -1, expires: -1, maxLength: -1, maxLengthBytes: -1, overflow: "drop-head",
+		deliveryLimit: -1, consumerTimeout: -1}
+	invalid := func(arg, format string, a ...any) *amqp.Error {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s': %s",
+			arg, name, vhost, fmt.Sprintf(format, a...))
+	}
+	// integer reads a non-negative integer argument (zeroOK=false also refuses 0).
+	integer := func(arg string, zeroOK bool) (int64, bool, *amqp.Error) {
+		v, ok := args[arg]
+		if !ok {
+			return 0, false, nil
+		}
+		n, isInt := amqp.AsInt64(v)
+		if !isInt {
+			return 0, false, invalid(arg, "\"expected integer, got %s\"", fieldTypeName(v))
+		}
+		if n < 0 {
+			return 0, false, invalid(arg, "{value_negative,%d}", n)
+		}
+		if n == 0 && !zeroOK {
+			return 0, false, invalid(arg, "{value_zero,0}")
+		}
+		return n, true, nil
+	}
+	str := func(arg string) (string, bool, *amqp.Error) {
+		v, ok := args[arg]
+		if !ok {
+			return "", false, nil
+		}
+		switch v := v.(type) {
+		case string:
+			return v, true, nil
+		case []byte:
+			return string(v), true, nil
+		}
+		return "", false, amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in queue '%s' in vhost '%s'",
+			fieldTypeName(v), arg, name, vhost)
+	}
+	var err *amqp.Error
+	var ok bool
+	var n int64
+	if n, ok, err = integer("x-message-ttl", true); err != nil {
+		return st, err
+	} else if ok {
+		st.messageTTL = n
+	}
+	if n, ok, err = integer("x-expires", false); err != nil {
+		return st, err
+	} else if ok {
+		st.expires = n
+	}
+	if n, ok, err = integer("x-max-length", true); err != nil {
+		return st, err
+	} else if ok {
+		st.maxLength = n
+	}
+	if n, ok, err = integer("x-max-length-bytes", true); err != nil {
+		return st, err
+	} else if ok {
+		st.maxLengthBytes = n
+	}
+	if n, ok, err = integer("x-delivery-limit", true); err != nil {
+		return st, err
+	} else if ok {
+		st.deliveryLimit = n
+	}
+	if n, ok, err = integer("x-consumer-timeout", true); err != nil {
+		return st, err
+	} else if ok {
+		st.consumerTimeout = n
+	}
+	if n, ok, err = integer("x-max-priority", true); err != nil {
+		return st, err
+	} else if ok {
+		if n > 255 {
+			return st, invalid("x-max-priority", "{max_value_exceeded,%d}", n)
+		}
+		st.maxPriority = uint8(n)
+	}
+	if v, present := args["x-overflow"]; present {
+		s, isStr := v.(string)
+		if b, isBytes := v.([]byte); isBytes {
+			s, isStr = string(b), true
+		}
+		if !isStr {
+			return st, invalid("x-overflow", "{unacceptable_type,%s}", fieldTypeName(v))
+		}
+		switch s {
+		case "drop-head", "reject-publish", "reject-publish-dlx":
+			st.overflow = s
+		default:
+			return st, invalid("x-overflow", "invalid_overflow")
+		}
+	}
+	if v, present := args["x-single-active-consumer"]; present {
+		b, isBool := v.(bool)
+		if !isBool {
+			return st, invalid("x-single-active-consumer", "{unacceptable_type,%s}", fieldTypeName(v))
+		}
+		st.singleActive = b
+	}
+	if st.dlx, st.hasDLX, err = str("x-dead-letter-exchange"); err != nil {
+		return st, err
+	}
+	if st.dlrk, st.hasDLRK, err = str("x-dead-letter-routing-key"); err != nil {
+		return st, err
+	}
+	if st.hasDLRK && !st.hasDLX {
+		return st, invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
+	}
+	if v, present := args["x-queue-type"]; present {
 		t, _ := v.(string)
 		if b, isBytes := v.([]byte); isBytes {
 			t = string(b)
@@ -137,12 +263,38 @@ func validateQueueArgs(name, vhost string, args amqp.Table) *amqp.Error {
 		switch t {
 		case "classic":
 		case "quorum", "stream":
-			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': queue type '%s' is not supported by this Warren version",
-				name, vhost, t)
+			return st, invalid("x-queue-type", "queue type '%s' is not supported by this Warren version", t)
 		default:
-			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': unknown queue type '%v'",
-				name, vhost, v)
+			return st, invalid("x-queue-type", "\"unsupported queue type '%s'\"", t)
 		}
 	}
-	return nil
+	return st, nil
+}
+
+// parseExpiration reads a per-message expiration property (milliseconds as a decimal string), with
+// RabbitMQ's texts for bad values.
+func parseExpiration(s string) (int64, *amqp.Error) {
+	if s == "" {
+		return -1, nil
+	}
+	i := 0
+	neg := false
+	if s[0] == '-' {
+		neg, i = true, 1
+	}
+	start := i
+	var n int64
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' && n < 1<<40 {
+		n = n*10 + int64(s[i]-'0')
+		i++
+	}
+	switch {
+	case i == start:
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': no_integer", s)
+	case i < len(s):
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {leftover_string,\"%s\"}", s, s[i:])
+	case neg:
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_negative,-%d}", s, n)
+	}
+	return n, nil
 }

@@ -172,6 +172,11 @@ func (d *DB) committer() {
 		}
 		d.statBatches.Add(uint64(len(round)))
 		lastRound = len(round)
+		var written int64
+		for i := range round {
+			written += round[i].bytes
+		}
+		d.maybeTrim(written)
 
 		clear(round)
 		d.mu.Lock()
@@ -217,7 +222,19 @@ func (d *DB) waitForWork(lastRound int, lastCommit time.Duration, timer *time.Ti
 				}
 			}
 		default:
-			<-d.wake
+			// Idle: still check the resident set now and then (reads also fault pages in).
+			timer.Reset(trimCheckEvery)
+			select {
+			case <-d.wake:
+			case <-timer.C:
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			d.maybeTrim(0)
 		}
 	}
 }

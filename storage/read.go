@@ -30,6 +30,7 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 	})
 	switch {
 	case err == nil:
+		d.noteRead(len(val))
 		return val, nil
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return nil, ErrNotFound
@@ -50,6 +51,8 @@ func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error
 	if d.isClosed() {
 		return ErrClosed
 	}
+	d.mapMu.RLock() // closing the iterator may finish a deferred value-log delete (see trim.go)
+	defer d.mapMu.RUnlock()
 	var fnErr error
 	err := d.bdb.View(func(txn *badger.Txn) error {
 		io := badger.DefaultIteratorOptions
@@ -101,6 +104,8 @@ func (d *DB) DeleteRange(prefix []byte) (int, error) {
 	if d.isClosed() {
 		return 0, ErrClosed
 	}
+	d.mapMu.RLock() // writes and iterators may move or unmap value-log mappings (see trim.go)
+	defer d.mapMu.RUnlock()
 	wb := d.bdb.NewWriteBatch()
 	defer wb.Cancel()
 	n := 0

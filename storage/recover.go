@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +19,32 @@ import (
 // truncating it loses nothing. To say what was found, Open records for each such file where its last
 // non-zero byte is before badger opens, and afterwards compares that with the size badger kept: non-zero
 // bytes cut off mean damaged data was discarded.
+
+// removeEmptyLogs deletes zero-length *.mem and *.vlog files. Badger deletes a log file by truncating it to
+// zero and then unlinking it; a kill between the two leaves an empty file that badger v4.9.6 then refuses
+// to open ("while opening memtables ... Create a new file"). An empty log file holds no data.
+func removeEmptyLogs(dir string, log *slog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("storage: read data directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".mem") && !strings.HasSuffix(name, ".vlog") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || info.Size() != 0 || !info.Mode().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("storage: remove empty log file %s: %w", path, err)
+		}
+		log.Warn("removed an empty log file left by an interrupted delete", "file", path)
+	}
+	return nil
+}
 
 // logInspection is what Open saw in one log file before badger opened it.
 type logInspection struct {
@@ -76,7 +103,7 @@ func reportRepairs(logs []logInspection, log *slog.Logger) {
 		kept := st.Size()
 		switch {
 		case kept < li.dataEnd:
-			log.Warn("found a damaged log tail after an unclean stop; discarded it and kept everything before it",
+			log.Warn("found an incomplete or damaged entry at the end of a log after an unclean stop; discarded it and kept everything before it",
 				"file", li.path, "kept_bytes", kept, "discarded_bytes", li.dataEnd-kept)
 		case kept < li.size:
 			log.Debug("trimmed unused preallocated log space", "file", li.path, "kept_bytes", kept)

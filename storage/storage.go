@@ -75,6 +75,7 @@ type Options struct {
 	maxPendingOps    int   // committer queue bound in operations (default 64k)
 	memTableSize     int64 // default 16 MiB
 	valueLogFileSize int64 // default 256 MiB
+	trimBudget       int64 // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
 }
 
 // DB is the node's storage engine. All methods are safe for concurrent use.
@@ -103,6 +104,14 @@ type DB struct {
 
 	gcStop chan struct{}
 	gcEnd  chan struct{}
+
+	// RSS trimmer; see trim.go. mapMu is held shared by everything that can make badger unmap or move a
+	// value-log mapping outside a commit, and exclusively by the trim.
+	mapMu         sync.RWMutex
+	sinceTrim     int64     // committer goroutine only
+	lastTrimCheck time.Time // committer goroutine only
+	readSinceTrim atomic.Int64
+	trimWanted    atomic.Bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -148,6 +157,9 @@ func Open(opts Options) (*DB, error) {
 	if opts.valueLogFileSize <= 0 {
 		opts.valueLogFileSize = defaultValueLogFileSize
 	}
+	if opts.trimBudget == 0 {
+		opts.trimBudget = defaultTrimBudget
+	}
 
 	d := &DB{opts: opts, log: log}
 	var logs []logInspection
@@ -167,6 +179,10 @@ func Open(opts Options) (*DB, error) {
 			return nil, err
 		}
 		if err := checkFormat(dir); err != nil {
+			d.unlock()
+			return nil, err
+		}
+		if err := removeEmptyLogs(dir, log); err != nil {
 			d.unlock()
 			return nil, err
 		}
@@ -285,7 +301,9 @@ func (d *DB) runGC() (rewrites int) {
 			return rewrites
 		default:
 		}
+		d.mapMu.RLock()
 		err := d.bdb.RunValueLogGC(defaultGCDiscardRatio)
+		d.mapMu.RUnlock()
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 				d.log.Warn("value-log GC failed", "err", err)

@@ -1,0 +1,68 @@
+package perf
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// machineInfo describes the host a benchmark ran on.
+type machineInfo struct {
+	CPU     string
+	Cores   int
+	RAM     string
+	Kernel  string
+	OS      string
+	GoVer   string
+	FileLim string
+}
+
+func describeMachine() machineInfo {
+	m := machineInfo{CPU: "unknown", Cores: runtime.NumCPU(), RAM: "unknown", Kernel: "unknown", OS: runtime.GOOS, GoVer: runtime.Version()}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.Join(strings.Fields(v), " ")
+				break
+			}
+		}
+	}
+	if kb, err := readMeminfoKB("MemTotal:"); err == nil {
+		m.RAM = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = "Linux " + strings.TrimSpace(string(data))
+	}
+	if data, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				m.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if n, err := openFilesLimit(os.Getpid()); err == nil {
+		m.FileLim = strconv.FormatUint(n, 10)
+	}
+	return m
+}
+
+func readMeminfoKB(field string) (uint64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/meminfo: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.ParseUint(f[0], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/meminfo", field)
+}

@@ -1,0 +1,326 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"go.uber.org/goleak"
+
+	"warren/server"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startBroker runs an in-process Warren on a free loopback port and returns its AMQP URI.
+func startBroker(t *testing.T) string {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.AMQPListen = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatalf("configure broker: %v", err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatalf("start broker: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shut down broker: %v", err)
+		}
+	})
+	return "amqp://guest:guest@" + srv.Addr().String() + "/"
+}
+
+func TestRunConfirmsNothingLost(t *testing.T) {
+	uri := startBroker(t)
+	var progress bytes.Buffer
+	res, err := Run(context.Background(), RunConfig{
+		URI: uri, Producers: 2, Consumers: 2, Size: 256, Confirm: 50, QoS: 100,
+		Duration: 2 * time.Second, Progress: &syncWriter{w: &progress},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Published == 0 || res.Consumed == 0 {
+		t.Fatalf("no messages flowed: published %d, consumed %d", res.Published, res.Consumed)
+	}
+	if !res.LossChecked || res.Lost != 0 || res.Duplicates != 0 {
+		t.Fatalf("loss check: checked %v, lost %d, duplicates %d", res.LossChecked, res.Lost, res.Duplicates)
+	}
+	if res.Confirmed != res.Published || res.Consumed != res.Confirmed {
+		t.Fatalf("published %d, confirmed %d, consumed %d: want all equal", res.Published, res.Confirmed, res.Consumed)
+	}
+	if res.PublishRate <= 0 || res.ConfirmRate <= 0 || res.ConsumeRate <= 0 {
+		t.Fatalf("rates: publish %v, confirm %v, consume %v", res.PublishRate, res.ConfirmRate, res.ConsumeRate)
+	}
+	if l := res.Latency; l.Samples != res.Consumed || !(l.P50 > 0 && l.P50 <= l.P75 && l.P75 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) {
+		t.Fatalf("latency stats inconsistent: %+v (consumed %d)", l, res.Consumed)
+	}
+	if len(res.Errors) > 0 {
+		t.Fatalf("client errors: %v", res.Errors)
+	}
+	if !strings.Contains(progress.String(), "sent") {
+		t.Errorf("no progress line in %q", progress.String())
+	}
+}
+
+func TestRunFanoutMultiAckAndPMessages(t *testing.T) {
+	uri := startBroker(t)
+	res, err := Run(context.Background(), RunConfig{
+		URI: uri, Producers: 1, Consumers: 3, Queues: 3, ExchangeType: "fanout",
+		Confirm: 20, QoS: 50, MultiAckEvery: 10, PMessages: 5000, Persistent: true,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Published != 5000 || res.Confirmed != 5000 {
+		t.Fatalf("published %d, confirmed %d: want 5000", res.Published, res.Confirmed)
+	}
+	if res.Consumed != 3*5000 || res.Lost != 0 || !res.LossChecked || res.Duplicates != 0 {
+		t.Fatalf("consumed %d (want 15000), lost %d, checked %v, duplicates %d", res.Consumed, res.Lost, res.LossChecked, res.Duplicates)
+	}
+}
+
+func TestRunBacklogThenDrain(t *testing.T) {
+	uri := startBroker(t)
+	var phases []string
+	res, err := Run(context.Background(), RunConfig{
+		URI: uri, Producers: 2, Consumers: 1, Size: 1024, Confirm: 100, QoS: 100,
+		PMessages: 2000, ConsumeAfterPublish: true, OnPhase: func(p string) { phases = append(phases, p) },
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Confirmed != 4000 || res.Consumed != 4000 || res.Lost != 0 {
+		t.Fatalf("confirmed %d, consumed %d, lost %d: want 4000, 4000, 0", res.Confirmed, res.Consumed, res.Lost)
+	}
+	if got := strings.Join(phases, ","); got != "publish,drain,done" {
+		t.Fatalf("phases %q", got)
+	}
+}
+
+func TestRunReportsLoss(t *testing.T) {
+	// Messages published to a queue that is purged before the consumers start are confirmed
+	// but never consumed: the check must say so, per producer.
+	uri := startBroker(t)
+	res, err := Run(context.Background(), RunConfig{
+		URI: uri, Producers: 2, Consumers: 1, Confirm: 10, PMessages: 100, ConsumeAfterPublish: true,
+		DrainIdle: 200 * time.Millisecond,
+		OnPhase: func(p string) {
+			if p != "drain" {
+				return
+			}
+			conn, err := dial(uri, "purger")
+			if err != nil {
+				t.Errorf("dial: %v", err)
+				return
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Errorf("channel: %v", err)
+				return
+			}
+			if _, err := ch.QueuePurge("perf-q-1", false); err != nil {
+				t.Errorf("purge: %v", err)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Confirmed != 200 {
+		t.Fatalf("confirmed %d, want 200", res.Confirmed)
+	}
+	// The consumer starts before the purge, so it may take some messages first.
+	if res.Lost+res.Consumed != 200 || res.Lost == 0 {
+		t.Fatalf("lost %d + consumed %d, want 200 with some lost", res.Lost, res.Consumed)
+	}
+	var sum uint64
+	for _, n := range res.LostByProducer {
+		sum += n
+	}
+	if sum != res.Lost {
+		t.Fatalf("lost by producer %v does not add up to %d", res.LostByProducer, res.Lost)
+	}
+}
+
+func TestCommandRunJSON(t *testing.T) {
+	uri := startBroker(t)
+	var stdout, stderr bytes.Buffer
+	app := &cli.App{Name: "warren", Writer: &stdout, ErrWriter: &stderr, Commands: []*cli.Command{Command()}}
+	args := []string{"warren", "perf", "run", "--uri", uri, "--duration", "1s", "--size", "100", "--auto-ack", "--json"}
+	if err := app.Run(args); err != nil {
+		t.Fatalf("perf run: %v (stderr %s)", err, stderr.String())
+	}
+	var res Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, stdout.String())
+	}
+	if res.Size != 100 || !res.AutoAck || res.Consumed == 0 || res.Consumed != res.Published {
+		t.Fatalf("unexpected result %+v", res)
+	}
+	// The default action of `perf` is `run`, human-readable.
+	stdout.Reset()
+	if err := app.Run([]string{"warren", "perf", "--uri", uri, "--pmessages", "300", "--confirm", "10", "--quiet"}); err != nil {
+		t.Fatalf("perf: %v", err)
+	}
+	for _, want := range []string{"publish :", "confirm :", "consume :", "latency : p50", "lost 0"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("human output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+func TestConnectionsOnly(t *testing.T) {
+	uri := startBroker(t)
+	res, err := Run(context.Background(), RunConfig{URI: uri, ConnectionsOnly: 50, Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c := res.Connections; c == nil || c.Opened != 50 || c.Failed != 0 {
+		t.Fatalf("connections: %+v", res.Connections)
+	}
+}
+
+func TestBenchAgainstInProcessBroker(t *testing.T) {
+	uri := startBroker(t)
+	// A reference URI nobody listens on: the bench must skip it with a note.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refURI := "amqp://guest:guest@" + ln.Addr().String() + "/"
+	ln.Close()
+	out := filepath.Join(t.TempDir(), "docs", "benchmarks.md")
+	var stdout bytes.Buffer
+	err = Bench(context.Background(), BenchConfig{
+		WarrenURI: uri, RefURI: refURI, Runs: 1, Scenarios: []string{"S1", "S6"}, Out: out,
+		Duration: 500 * time.Millisecond, IdleConnections: 120, Backlog: 1000, BacklogTimeout: time.Minute,
+		CommandLine: "warren perf bench --test", Stdout: &stdout,
+	})
+	if err != nil {
+		t.Fatalf("Bench: %v", err)
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("read %s: %v", out, err)
+	}
+	for _, want := range []string{"| Scenario | Metric | Warren | RabbitMQ | Ratio |", "S1 transient", "consumed msg/s",
+		"memory per connection (KB)", "RabbitMQ: skipped", "warren perf bench --test", "logical cores", "Go: go"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(string(md), "FAILED") {
+		t.Errorf("a scenario failed:\n%s", md)
+	}
+	if !strings.Contains(stdout.String(), "higher is better") {
+		t.Errorf("table header does not explain the ratio:\n%s", stdout.String())
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	r := rand.New(rand.NewPCG(1, 2))
+	vals := make([]float64, 100000)
+	for i := range vals {
+		v := time.Duration(math.Exp(r.NormFloat64()*1.5+12)) + time.Duration(r.IntN(100)) // ~160 µs median, wide tail
+		vals[i] = float64(v)
+		h.record(v)
+	}
+	sort.Float64s(vals)
+	var s histSnapshot
+	s.addFinal(&h)
+	for _, q := range []float64{0.5, 0.75, 0.95, 0.99, 1} {
+		want := vals[int(math.Ceil(q*float64(len(vals))))-1]
+		got := float64(s.quantile(q))
+		if math.Abs(got-want)/want > 0.02 {
+			t.Errorf("q%.2f = %.0f, want %.0f within 2%%", q, got, want)
+		}
+	}
+	if s.n != uint64(len(vals)) || time.Duration(s.max) != time.Duration(vals[len(vals)-1]) {
+		t.Errorf("n %d max %d", s.n, s.max)
+	}
+	// Bucket bounds tile the value range without gaps.
+	for b := 1; b < histBuckets; b++ {
+		lo, _ := histBounds(b)
+		plo, pw := histBounds(b - 1)
+		if lo != plo+pw || histBucket(lo) != b {
+			t.Fatalf("bucket %d starts at %d; previous ends at %d", b, lo, plo+pw)
+		}
+	}
+}
+
+func TestSeqSet(t *testing.T) {
+	var s seqSet
+	var wg sync.WaitGroup
+	// Four writers add overlapping ranges across several chunks.
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := uint64(1); i <= 300000; i += 2 {
+				s.add(i + uint64(w%2))
+			}
+		}(w)
+	}
+	wg.Wait()
+	if n := s.count(); n != 300001 {
+		t.Fatalf("count %d, want 300001", n)
+	}
+	if s.add(5) || !s.has(5) || s.has(400000) {
+		t.Fatal("membership wrong")
+	}
+	var want seqSet
+	for _, v := range []uint64{1, 2, 299999, 300001, 300002, 1 << 30} {
+		want.add(v)
+	}
+	if missing := s.missingFrom(&want); missing != 2 { // 300002 and 1<<30
+		t.Fatalf("missing %d, want 2", missing)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, c := range []RunConfig{
+		{URI: "x", Producers: 1, Consumers: 1, QueueType: "stream", Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, QueueType: "stream", QoS: 10, AutoAck: true, Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, QoS: 10, MultiAckEvery: 20, Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, ExchangeType: "headers", Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1},
+	} {
+		c.setDefaults()
+		if err := c.validate(); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
+
+// syncWriter serialises writes to a buffer read after the run.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,140 @@
+// Command warren runs the Warren message broker.
+//
+//	warren serve [--amqp-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
+//	warren version
+//
+// Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
+// WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"warren/server"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// shutdownTimeout bounds how long a signalled broker waits for its connections to close.
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	if err := newApp(os.Stdout, os.Stderr).Run(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "warren: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// newApp builds the command-line application; stdout and stderr are where it writes.
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:        "warren",
+		Usage:       "a RabbitMQ-compatible AMQP 0-9-1 message broker",
+		Writer:      stdout,
+		ErrWriter:   stderr,
+		HideVersion: true, // `warren version` is the one way to ask
+		Commands: []*cli.Command{
+			{
+				Name:  "serve",
+				Usage: "run the broker until SIGTERM or SIGINT",
+				Flags: []cli.Flag{
+					&cli.StringFlag{
+						Name:    "amqp-listen",
+						Usage:   "TCP `ADDRESS` for AMQP 0-9-1 clients",
+						Value:   server.DefaultConfig().AMQPListen,
+						EnvVars: []string{"WARREN_AMQP_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "data-dir",
+						Usage:   "`DIR`ectory for the broker's data (created if missing)",
+						Value:   server.DefaultConfig().DataDir,
+						EnvVars: []string{"WARREN_DATA_DIR"},
+					},
+					&cli.StringFlag{
+						Name:    "log-level",
+						Usage:   "`LEVEL` of logs written to stderr: debug, info, warn or error",
+						Value:   "info",
+						EnvVars: []string{"WARREN_LOG_LEVEL"},
+					},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return fmt.Errorf("serve takes no arguments, got %q", c.Args().Slice())
+					}
+					level, err := parseLevel(c.String("log-level"))
+					if err != nil {
+						return err
+					}
+					logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+					slog.SetDefault(logger)
+					cfg := server.DefaultConfig()
+					cfg.AMQPListen = c.String("amqp-listen")
+					cfg.DataDir = c.String("data-dir")
+					cfg.Logger = logger
+					return serve(c.Context, cfg)
+				},
+			},
+			{
+				Name:  "version",
+				Usage: "print the version",
+				Action: func(c *cli.Context) error {
+					_, err := fmt.Fprintf(stdout, "warren %s\n", version)
+					return err
+				},
+			},
+		},
+	}
+}
+
+// parseLevel maps a --log-level value onto a slog level.
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("invalid log level %q: want debug, info, warn or error", s)
+}
+
+// serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
+// the listener stops, clients get connection.close 320, and serve returns nil once every
+// connection has ended, or an error if that takes longer than shutdownTimeout.
+func serve(ctx context.Context, cfg server.Config) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	srv, err := server.New(cfg)
+	if err != nil {
+		return fmt.Errorf("configure broker: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("start broker: %w", err)
+	}
+	cfg.Logger.Info("warren started", "version", version, "amqp", srv.Addr().String(), "data_dir", cfg.DataDir)
+
+	<-ctx.Done()
+	stop() // a second signal now kills the process the default way
+	cfg.Logger.Info("shutting down", "timeout", shutdownTimeout)
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down broker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package conformance
+
+// The warren process itself: signals, exit status, the version command, bind failures.
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// TestShutdownSignal sends SIGTERM (and, separately, SIGINT) to a broker with connected
+// clients: each client receives connection.close 320 CONNECTION_FORCED and the process exits 0.
+func TestShutdownSignal(t *testing.T) {
+	for name, sig := range map[string]os.Signal{"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := ownBroker(t)
+			var closes []chan *amqp.Error
+			for i := 0; i < 3; i++ {
+				conn := dial(t, b.URL)
+				if _, err := conn.Channel(); err != nil {
+					t.Fatalf("open channel: %v", err)
+				}
+				closes = append(closes, conn.NotifyClose(make(chan *amqp.Error, 1)))
+			}
+
+			if err := b.signal(sig); err != nil {
+				t.Fatalf("send %s: %v", name, err)
+			}
+			for i, ch := range closes {
+				select {
+				case aerr := <-ch:
+					if aerr == nil {
+						t.Fatalf("client %d: connection ended without a connection.close", i)
+					}
+					if aerr.Code != codeConnectionForced || !aerr.Server {
+						t.Errorf("client %d: close %+v; want a server-sent code 320", i, aerr)
+					}
+					if !strings.HasPrefix(aerr.Reason, "CONNECTION_FORCED") {
+						t.Errorf("client %d: reason %q; want it to start with CONNECTION_FORCED", i, aerr.Reason)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("client %d: no connection.close within 10s of %s", i, name)
+				}
+			}
+			exited, err := b.wait(15 * time.Second)
+			if !exited {
+				t.Fatalf("warren still running 15s after %s", name)
+			}
+			if err != nil {
+				t.Fatalf("warren exited with %v after %s; want status 0", err, name)
+			}
+			if nc, err := net.DialTimeout("tcp", b.Addr, time.Second); err == nil {
+				nc.Close()
+				t.Errorf("%s still accepts connections after the broker exited", b.Addr)
+			}
+		})
+	}
+}
+
+func TestVersionCommand(t *testing.T) {
+	if testEnv.bin == "" {
+		t.Skipf("needs the warren binary; %s is set", envAddr)
+	}
+	out, err := exec.Command(testEnv.bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("warren version: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(string(out), "warren ") || len(strings.TrimSpace(string(out))) <= len("warren") {
+		t.Fatalf("warren version printed %q; want \"warren <version>\"", out)
+	}
+}
+
+// TestServeAddressInUse: a port that cannot be bound makes `warren serve` exit non-zero with
+// a message naming the address, instead of running without a listener.
+func TestServeAddressInUse(t *testing.T) {
+	if testEnv.bin == "" {
+		t.Skipf("needs the warren binary; %s is set", envAddr)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--data-dir", t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+			t.Fatalf("warren serve on a taken port ended with %v; want a non-zero exit\n%s", err, out.String())
+		}
+		if !strings.Contains(out.String(), addr) {
+			t.Errorf("the error output does not name %s:\n%s", addr, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("warren serve kept running with its port taken\n%s", out.String())
+	}
+}
+
+// TestServeFromEnvironment configures the listener and data directory through environment
+// variables only, and checks a client can connect and the data directory is created.
+func TestServeFromEnvironment(t *testing.T) {
+	if testEnv.bin == "" {
+		t.Skipf("needs the warren binary; %s is set", envAddr)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &broker{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), out: &syncBuffer{}, done: make(chan struct{})}
+	b.URL = "amqp://guest:guest@" + b.Addr + "/"
+	dataDir := filepath.Join(t.TempDir(), "nested", "data")
+	b.cmd = exec.Command(testEnv.bin, "serve")
+	b.cmd.Env = append(os.Environ(),
+		"WARREN_AMQP_LISTEN="+b.Addr, "WARREN_DATA_DIR="+dataDir, "WARREN_LOG_LEVEL=debug")
+	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { b.waitErr = b.cmd.Wait(); close(b.done) }()
+	t.Cleanup(func() {
+		if err := b.stop(); err != nil {
+			t.Errorf("stop: %v\n%s", err, b.logs())
+		}
+	})
+	if err := b.waitAccepting(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, b.URL)
+	if fi, err := os.Stat(dataDir); err != nil || !fi.IsDir() {
+		t.Errorf("data dir %s not created: %v", dataDir, err)
+	}
+}

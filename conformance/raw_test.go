@@ -1,0 +1,383 @@
+package conformance
+
+// Raw-socket tests of the handshake and of every malformed-input path that must end in
+// connection.close (issue 2, point 8). Each error test then checks that a new client is served.
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHandshake(t *testing.T) {
+	b := sharedBroker(t)
+	c := dialRaw(t, b.Addr)
+	c.sendHeader()
+	start := c.readStart()
+
+	if start.major != 0 || start.minor != 9 {
+		t.Errorf("connection.start version %d-%d; want 0-9", start.major, start.minor)
+	}
+	for _, key := range []string{"product", "version", "platform"} {
+		if s, _ := start.props[key].(string); s == "" {
+			t.Errorf("server-properties %q = %v; want a non-empty string", key, start.props[key])
+		}
+	}
+	caps, _ := start.props["capabilities"].(map[string]any)
+	for _, capability := range []string{
+		"publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
+		"connection.blocked", "consumer_priorities", "authentication_failure_close", "per_consumer_qos",
+		"direct_reply_to",
+	} {
+		if v, _ := caps[capability].(bool); !v {
+			t.Errorf("capability %q = %v; want true", capability, caps[capability])
+		}
+	}
+	for _, mech := range []string{"PLAIN", "AMQPLAIN"} {
+		if !slices.Contains(start.mechanisms, mech) {
+			t.Errorf("mechanisms %q lack %s", start.mechanisms, mech)
+		}
+	}
+	if !strings.Contains(start.locales, "en_US") {
+		t.Errorf("locales %q lack en_US", start.locales)
+	}
+
+	c.sendStartOk(startOk{mechanism: "PLAIN", response: plainResponse("guest", "guest")})
+	tune := c.readTune()
+	if tune != (tuneInfo{channelMax: 2047, frameMax: 131072, heartbeat: 60}) {
+		t.Errorf("connection.tune = %+v; want channel-max 2047, frame-max 131072, heartbeat 60", tune)
+	}
+	c.sendTuneOk(tuneInfo{channelMax: tune.channelMax, frameMax: tune.frameMax})
+	c.sendOpen("/")
+	c.expect(0, classConnection, 41)
+
+	c.openChannel(1)
+	c.send(1, classChannel, 40, closeArgs(200, "bye", 0, 0))
+	c.expect(1, classChannel, 41)
+	c.openChannel(1) // a closed channel number can be opened again
+
+	c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
+	c.expect(0, classConnection, 51)
+}
+
+// TestWrongProtocolHeader: anything but the AMQP 0-9-1 header is answered with that header,
+// then the socket is closed. (RabbitMQ also speaks 0-8 and 0-9 on this port; Warren need not,
+// so those headers are not in the list.)
+func TestWrongProtocolHeader(t *testing.T) {
+	b := sharedBroker(t)
+	for name, header := range map[string]string{
+		"wrong revision":  "AMQP\x00\x00\x09\x02",
+		"AMQP 0-10":       "AMQP\x01\x01\x00\x0a",
+		"AMQP 1.0":        "AMQP\x00\x01\x00\x00",
+		"AMQP 1.0 SASL":   "AMQP\x03\x01\x00\x00",
+		"not AMQP at all": "HTTP/1.1",
+		"zeros":           "\x00\x00\x00\x00\x00\x00\x00\x00",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := dialRaw(t, b.Addr)
+			c.write([]byte(header))
+			c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			got, err := io.ReadAll(c.br)
+			if err != nil && !isClosedErr(err) {
+				t.Fatalf("reading the reply: %v (got %q so far)", err, got)
+			}
+			if string(got) != protocolHeader {
+				t.Fatalf("server replied %q then closed; want %q then close", got, protocolHeader)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+func TestOversizedFrame(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	c.openChannel(1)
+	// Announce a method frame far above frame-max; the server must refuse it from the header
+	// alone, without waiting for the payload.
+	var e enc
+	e.octet(frameMethod)
+	e.short(1)
+	e.long(c.tune.frameMax + 1000)
+	e.b = append(e.b, make([]byte, 64)...)
+	c.write(e.b)
+	c.expectConnectionClose(codeFrameError)
+	assertStillServing(t, b.URL)
+}
+
+func TestFrameOfExactlyFrameMaxIsAccepted(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	c.openChannel(1)
+	c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+	f := c.expect(1, classQueue, 11)
+	queue := (&dec{b: f.args()}).shortstr()
+
+	body := bytes.Repeat([]byte("x"), int(c.tune.frameMax)-8) // payload fills the frame exactly
+	c.write(
+		methodFrame(1, classBasic, 40, basicPublishArgs("", queue)),
+		contentHeaderFrame(1, uint64(len(body))),
+		frameBytes(frameBody, 1, body),
+	)
+	// A passive declare reports the message count; RabbitMQ may count the message a moment
+	// after the publish, so poll.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c.send(1, classQueue, 10, queueDeclareArgs(queue, true, false, true, true))
+		f = c.expect(1, classQueue, 11)
+		d := dec{b: f.args()}
+		d.shortstr()
+		n := d.long()
+		if n == 1 {
+			return
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("queue %q holds %d messages after a max-size body frame; want 1", queue, n)
+		}
+	}
+}
+
+func TestBadFrameEnd(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	f := methodFrame(1, classChannel, 10, channelOpenArgs())
+	f[len(f)-1] = 0x00
+	c.write(f)
+	c.expectConnectionClose(codeFrameError)
+	assertStillServing(t, b.URL)
+}
+
+func TestUnknownFrameType(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	c.write(frameBytes(9, 0, []byte{1, 2, 3}))
+	c.expectConnectionClose(codeFrameError)
+	assertStillServing(t, b.URL)
+}
+
+// TestUnknownMethod sends class and method ids that do not exist. RabbitMQ 3.10 resets the
+// socket without a word; Warren answers with a connection.close (540 NOT_IMPLEMENTED) first,
+// which is what a client can act on. Against RabbitMQ the test accepts the bare reset.
+func TestUnknownMethod(t *testing.T) {
+	b := sharedBroker(t)
+	for _, tc := range []struct {
+		name                   string
+		channel, class, method uint16
+	}{
+		{"unknown class on an open channel", 1, 999, 10},
+		{"unknown basic method", 1, classBasic, 999},
+		{"unknown connection method", 0, classConnection, 99},
+		{"unknown class on channel 0", 0, 999, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.send(tc.channel, tc.class, tc.method, []byte{0, 0, 0, 0})
+			f, err := c.readFrame(10 * time.Second)
+			switch {
+			case err == nil && f.is(classConnection, 50):
+				ci := parseClose(f)
+				t.Logf("connection.close %d %q", ci.code, ci.text)
+				if ci.code < 500 || ci.code > 599 {
+					t.Fatalf("connection.close code %d; want a 5xx hard error", ci.code)
+				}
+				c.send(0, classConnection, 51, nil)
+				c.expectSocketClosed(10 * time.Second)
+			case isClosedErr(err) && c.isRabbitMQ():
+				t.Logf("RabbitMQ reset the socket without connection.close (known 3.10 behaviour)")
+			case err != nil:
+				t.Fatalf("want connection.close with a 5xx code; got %v", err)
+			default:
+				t.Fatalf("want connection.close with a 5xx code; got %v", f)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+func TestContentOutOfOrder(t *testing.T) {
+	b := sharedBroker(t)
+	publish := methodFrame(1, classBasic, 40, basicPublishArgs("", "nowhere"))
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"content header without publish", [][]byte{contentHeaderFrame(1, 3)}},
+		{"content body without publish", [][]byte{frameBytes(frameBody, 1, []byte("abc"))}},
+		{"publish then body without header", [][]byte{publish, frameBytes(frameBody, 1, []byte("abc"))}},
+		{"publish then a method instead of the header", [][]byte{publish, methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
+		{"header then a method instead of the body", [][]byte{publish, contentHeaderFrame(1, 3), methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
+		{"header then a second header", [][]byte{publish, contentHeaderFrame(1, 3), contentHeaderFrame(1, 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.write(tc.frames...)
+			c.expectConnectionClose(codeUnexpectedFrame)
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+func TestChannelNotOpen(t *testing.T) {
+	b := sharedBroker(t)
+	for _, tc := range []struct {
+		name  string
+		setup func(c *rawConn)
+		send  func(c *rawConn)
+	}{
+		{
+			name: "queue.declare on a channel never opened",
+			send: func(c *rawConn) { c.send(5, classQueue, 10, queueDeclareArgs("", false, false, true, true)) },
+		},
+		{
+			name: "basic.publish on a channel never opened",
+			send: func(c *rawConn) {
+				c.write(methodFrame(5, classBasic, 40, basicPublishArgs("", "q")), contentHeaderFrame(5, 0))
+			},
+		},
+		{
+			name:  "second channel.open",
+			setup: func(c *rawConn) { c.openChannel(1) },
+			send:  func(c *rawConn) { c.send(1, classChannel, 10, channelOpenArgs()) },
+		},
+		{
+			name: "channel.close after close-ok",
+			setup: func(c *rawConn) {
+				c.openChannel(1)
+				c.send(1, classChannel, 40, closeArgs(200, "", 0, 0))
+				c.expect(1, classChannel, 41)
+			},
+			send: func(c *rawConn) { c.send(1, classChannel, 40, closeArgs(200, "", 0, 0)) },
+		},
+		{
+			name: "queue.declare after the channel was closed",
+			setup: func(c *rawConn) {
+				c.openChannel(1)
+				c.send(1, classChannel, 40, closeArgs(200, "", 0, 0))
+				c.expect(1, classChannel, 41)
+			},
+			send: func(c *rawConn) { c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true)) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			if tc.setup != nil {
+				tc.setup(c)
+			}
+			tc.send(c)
+			c.expectConnectionClose(codeChannelError)
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+func TestChannelMethodOnChannelZero(t *testing.T) {
+	b := sharedBroker(t)
+	for _, tc := range []struct {
+		name          string
+		class, method uint16
+		args          []byte
+	}{
+		{"channel.open", classChannel, 10, channelOpenArgs()},
+		{"queue.declare", classQueue, 10, queueDeclareArgs("", false, false, true, true)},
+		{"basic.qos", classBasic, 10, []byte{0, 0, 0, 0, 0, 10, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.send(0, tc.class, tc.method, tc.args)
+			c.expectConnectionClose(codeChannelError)
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+func TestHeartbeatOnNonZeroChannel(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	c.openChannel(1)
+	c.write(frameBytes(frameHeartbeat, 1, nil))
+	c.expectConnectionClose(codeUnexpectedFrame)
+	assertStillServing(t, b.URL)
+}
+
+func TestConnectionMethodOnChannel(t *testing.T) {
+	b := sharedBroker(t)
+	c := openRaw(t, b.Addr)
+	c.openChannel(1)
+	// connection.open again, on channel 1: a connection-class method belongs on channel 0.
+	var e enc
+	e.shortstr("/")
+	e.shortstr("")
+	e.bits(false)
+	c.send(1, classConnection, 40, e.b)
+	f, err := c.readFrame(10 * time.Second)
+	if err != nil {
+		if c.isRabbitMQ() && isClosedErr(err) {
+			t.Logf("RabbitMQ reset the socket without connection.close")
+			assertStillServing(t, b.URL)
+			return
+		}
+		t.Fatalf("want connection.close; got %v", err)
+	}
+	if !f.is(classConnection, 50) {
+		t.Fatalf("want connection.close; got %v", f)
+	}
+	ci := parseClose(f)
+	t.Logf("connection.close %d %q", ci.code, ci.text)
+	if ci.code < 500 {
+		t.Fatalf("connection.close code %d; want a hard error (5xx)", ci.code)
+	}
+	assertStillServing(t, b.URL)
+}
+
+// TestChannelErrorClosesOnlyTheChannel: a soft error closes its channel with channel.close and
+// leaves the connection and its other channels working. While the server waits for close-ok,
+// other methods on that channel are discarded; a channel.close from the client that crosses the
+// server's (as amqp091-go sends when it closes a channel at that moment) gets a close-ok.
+func TestChannelErrorClosesOnlyTheChannel(t *testing.T) {
+	b := sharedBroker(t)
+	missing := queueDeclareArgs("warren-conformance-no-such-queue", true, false, false, false)
+	for _, tc := range []struct {
+		name string
+		// after runs once the error-causing method is sent, before anything is read.
+		after func(c *rawConn)
+	}{
+		{"client answers close-ok", func(c *rawConn) {}},
+		{"methods before close-ok are discarded", func(c *rawConn) {
+			c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+			c.write(methodFrame(1, classBasic, 40, basicPublishArgs("", "x")), contentHeaderFrame(1, 1), frameBytes(frameBody, 1, []byte("x")))
+		}},
+		{"client channel.close crosses the server's", func(c *rawConn) {
+			c.send(1, classChannel, 40, closeArgs(200, "bye", 0, 0))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.openChannel(2)
+			c.send(1, classQueue, 10, missing)
+			tc.after(c)
+			f := c.expect(1, classChannel, 40)
+			ci := parseClose(f)
+			if ci.code != 404 || ci.class != classQueue || ci.method != 10 {
+				t.Errorf("channel.close %d %q for %d.%d; want 404 for 50.10 (queue.declare)", ci.code, ci.text, ci.class, ci.method)
+			}
+			if strings.Contains(tc.name, "crosses") {
+				c.expect(1, classChannel, 41) // the answer to our channel.close
+			}
+			c.send(1, classChannel, 41, nil)
+
+			// Channel 2 is untouched, and channel 1 can be opened again.
+			c.send(2, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+			c.expect(2, classQueue, 11)
+			c.openChannel(1)
+			c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+			c.expect(1, classQueue, 11)
+			c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
+			c.expect(0, classConnection, 51)
+		})
+	}
+}
