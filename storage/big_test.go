@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,39 @@ func memStatus(t testing.TB) (rss, anon, file float64) {
 		}
 	}
 	return rss, anon, file
+}
+
+// smapsBreakdown sums the resident MiB of this process's mappings by file extension (or "anon").
+func smapsBreakdown(t testing.TB) map[string]int {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	out := map[string]int{}
+	cur := "anon"
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") {
+			cur = "anon"
+			if len(fields) >= 6 {
+				cur = filepath.Ext(fields[5])
+				if cur == "" {
+					cur = fields[5]
+				}
+				if len(fields) > 6 {
+					cur += "(deleted)"
+				}
+			}
+			continue
+		}
+		if len(fields) >= 2 && fields[0] == "Rss:" {
+			kb, _ := strconv.Atoi(fields[1])
+			out[cur] += kb / 1024
+		}
+	}
+	return out
 }
 
 // rssWatcher samples RSS every 100 ms until stopped and keeps the peak.
@@ -148,6 +183,13 @@ func TestBigBacklog(t *testing.T) {
 	s := d.Stats()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if prof := os.Getenv("WARREN_STORAGE_BIG_HEAPPROFILE"); prof != "" {
+		runtime.GC()
+		if f, err := os.Create(prof); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			_ = f.Close()
+		}
+	}
 	t.Logf("fill: %d x %d B in %v = %.0f msg/s (%.1f MB/s); Batches=%d Txns=%d (%.1f batches/txn); LSM %.1f MiB, vlog %.1f MiB",
 		total, size, fill.Round(time.Millisecond), total/fill.Seconds(), total*size/fill.Seconds()/1e6,
 		s.Batches, s.Txns, float64(s.Batches)/float64(s.Txns), float64(s.LSMBytes)/(1<<20), float64(s.VlogBytes)/(1<<20))

@@ -1,9 +1,9 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -18,7 +18,7 @@ const (
 	valuePointerSize = 12
 )
 
-var badgerReservedPrefix = []byte("!badger!")
+const badgerReservedPrefix = "!badger!"
 
 // op is one write of a Batch.
 type op struct {
@@ -75,14 +75,17 @@ type pending struct {
 // must be quick and must not call CommitSync, but it may call Commit. A nil done is allowed.
 //
 // Back-pressure: the queue is bounded (16 MiB of payload or 64k operations); Commit blocks while it is
-// full. After Close, Commit calls done(ErrClosed) on the calling goroutine.
+// full, except while the committer is running callbacks (so a callback's Commit cannot deadlock). After
+// Close, Commit calls done(ErrClosed) on the calling goroutine.
 func (d *DB) Commit(b *Batch, done func(error)) {
 	p := pending{ops: b.ops, bytes: b.bytes, done: done}
 	b.ops, b.bytes = nil, 0
 	p.err = d.validate(p.ops)
 
 	d.mu.Lock()
-	for !d.closed && len(d.queue) > 0 &&
+	// While the committer runs callbacks it is not draining the queue; a callback may call Commit, so
+	// nobody waits then (the bound is exceeded by at most what arrives during the callbacks).
+	for !d.closed && !d.inCallbacks && len(d.queue) > 0 &&
 		(d.queuedBytes+p.bytes > d.opts.maxPendingBytes || d.queuedOps+len(p.ops) > d.opts.maxPendingOps) {
 		d.spaceCond.Wait()
 	}
@@ -120,7 +123,7 @@ func (d *DB) validate(ops []op) error {
 			return errors.New("storage: commit: empty key")
 		case len(o.key) > maxKeySize:
 			return fmt.Errorf("storage: commit: key of %d bytes exceeds the %d-byte limit", len(o.key), maxKeySize)
-		case bytes.HasPrefix(o.key, badgerReservedPrefix):
+		case strings.HasPrefix(string(o.key), badgerReservedPrefix):
 			return fmt.Errorf("storage: commit: key %q uses badger's reserved prefix", o.key)
 		case d.opts.InMemory && len(o.value) > inMemoryValueThreshold:
 			return fmt.Errorf("storage: commit: value of %d bytes exceeds the in-memory limit of %d",
@@ -165,11 +168,17 @@ func (d *DB) committer() {
 		start := time.Now()
 		errs = d.commitRound(round, errs[:0])
 		lastCommit = time.Since(start)
+		d.mu.Lock()
+		d.inCallbacks = true
+		d.mu.Unlock()
 		for i := range round {
 			if round[i].done != nil {
 				round[i].done(errs[i])
 			}
 		}
+		d.mu.Lock()
+		d.inCallbacks = false
+		d.mu.Unlock()
 		d.statBatches.Add(uint64(len(round)))
 		lastRound = len(round)
 		var written int64

@@ -12,9 +12,10 @@ import (
 
 // Get returns a copy of the value stored under key, or ErrNotFound.
 func (d *DB) Get(key []byte) ([]byte, error) {
-	if d.isClosed() {
-		return nil, ErrClosed
+	if err := d.readLock(); err != nil {
+		return nil, err
 	}
+	defer d.closeMu.RUnlock()
 	var val []byte
 	err := d.bdb.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(key)
@@ -48,9 +49,10 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 // A key whose value cannot be read (a damaged value log) is skipped with an Error log line rather than
 // stopping the scan; Get on it returns ErrCorrupt.
 func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error) error {
-	if d.isClosed() {
-		return ErrClosed
+	if err := d.readLock(); err != nil {
+		return err
 	}
+	defer d.closeMu.RUnlock()
 	d.mapMu.RLock() // closing the iterator may finish a deferred value-log delete (see trim.go)
 	defer d.mapMu.RUnlock()
 	var fnErr error
@@ -101,9 +103,10 @@ const deleteRangeChunk = 4096
 // and deletes through a badger WriteBatch (never DropPrefix, which stalls all writes). It is synchronous.
 // Keys written under the prefix while it runs may survive.
 func (d *DB) DeleteRange(prefix []byte) (int, error) {
-	if d.isClosed() {
-		return 0, ErrClosed
+	if err := d.readLock(); err != nil {
+		return 0, err
 	}
+	defer d.closeMu.RUnlock()
 	d.mapMu.RLock() // writes and iterators may move or unmap value-log mappings (see trim.go)
 	defer d.mapMu.RUnlock()
 	wb := d.bdb.NewWriteBatch()

@@ -100,6 +100,7 @@ type DB struct {
 	queuedBytes  int64
 	queuedOps    int
 	closed       bool
+	inCallbacks  bool // the committer is running done callbacks: Commit does not block then
 	committerEnd chan struct{}
 
 	gcStop chan struct{}
@@ -112,6 +113,11 @@ type DB struct {
 	lastTrimCheck time.Time // committer goroutine only
 	readSinceTrim atomic.Int64
 	trimWanted    atomic.Bool
+
+	// closeMu is held shared by reads (Get, Scan, DeleteRange) and exclusively by Close around closing
+	// badger, so that no read touches badger's unmapped files; dbClosed is set under it.
+	closeMu  sync.RWMutex
+	dbClosed bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -264,15 +270,28 @@ func (d *DB) Close() error {
 		<-d.committerEnd
 		close(d.gcStop)
 		<-d.gcEnd
+		d.closeMu.Lock()
+		d.dbClosed = true
 		if err := d.bdb.Close(); err != nil {
 			d.closeErr = fmt.Errorf("storage: close badger in %s: %w", d.dir, err)
 		}
+		d.closeMu.Unlock()
 		d.unlock()
 	})
 	return d.closeErr
 }
 
-func (d *DB) isClosed() bool {
+// readLock takes closeMu shared for a read; it fails with ErrClosed once Close was called.
+func (d *DB) readLock() error {
+	d.closeMu.RLock()
+	if d.dbClosed || d.isClosing() {
+		d.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (d *DB) isClosing() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -250,6 +251,125 @@ func TestCallbacksInSubmissionOrder(t *testing.T) {
 		if i%3 == 0 && !errors.Is(err, ErrNotFound) || i%3 != 0 && err != nil {
 			t.Fatalf("key %d: %v", i, err)
 		}
+	}
+}
+
+func TestBackPressureAndCommitFromCallback(t *testing.T) {
+	d := openT(t, Options{Dir: t.TempDir(), NoSync: true, maxPendingOps: 4})
+
+	// A callback may call Commit even when the queue is full: no deadlock.
+	var wg sync.WaitGroup
+	wg.Add(10)
+	var first Batch
+	first.Set([]byte("first"), []byte("1"))
+	d.Commit(&first, func(error) {
+		for i := range 10 {
+			var b Batch
+			b.Set([]byte(fmt.Sprintf("from-callback-%d", i)), []byte("x"))
+			d.Commit(&b, func(err error) {
+				if err != nil {
+					t.Errorf("commit from callback: %v", err)
+				}
+				wg.Done()
+			})
+		}
+	})
+	wg.Wait()
+	mustGet(t, d, []byte("from-callback-9"), []byte("x"))
+
+	// With the committer busy, a publisher blocks once 4 operations are queued.
+	started, unblock := make(chan struct{}), make(chan struct{})
+	var blocker Batch
+	blocker.Set([]byte("blocker"), []byte("x"))
+	d.Commit(&blocker, func(error) {
+		d.mu.Lock()
+		d.inCallbacks = false // pretend the committer is busy committing rather than calling back
+		d.mu.Unlock()
+		close(started)
+		<-unblock
+	})
+	<-started
+	var returned atomic.Int32
+	errs := make(chan error, 10)
+	go func() {
+		for i := range 10 {
+			var b Batch
+			b.Set([]byte(fmt.Sprintf("bp-%d", i)), []byte("x"))
+			d.Commit(&b, func(err error) { errs <- err })
+			returned.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for returned.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // give a wrongly unblocked publisher time to show itself
+	if got := returned.Load(); got != 4 {
+		t.Fatalf("%d Commit calls returned with the queue bound at 4 operations, want 4", got)
+	}
+	close(unblock)
+	for range 10 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCloseWhileBusy(t *testing.T) {
+	d := openT(t, Options{Dir: t.TempDir(), NoSync: true})
+	var b Batch
+	b.Set([]byte("k"), value(1, 2048))
+	if err := d.CommitSync(&b); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var acked, closedErrs atomic.Int64
+	for w := range 4 {
+		wg.Add(2)
+		go func() { // writer
+			defer wg.Done()
+			for i := 0; ; i++ {
+				var b Batch
+				b.Set(MessageKey(uint64(w), uint64(i)), value(i, 1024))
+				err := d.CommitSync(&b)
+				if errors.Is(err, ErrClosed) {
+					closedErrs.Add(1)
+					return
+				}
+				if err != nil {
+					t.Errorf("CommitSync: %v", err)
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+		go func() { // reader
+			defer wg.Done()
+			for {
+				_, err := d.Get([]byte("k"))
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Get: %v", err)
+					return
+				}
+				if err := d.Scan([]byte("k"), false, func(k, v []byte) error { return nil }); errors.Is(err, ErrClosed) {
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for acked.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if closedErrs.Load() != 4 {
+		t.Fatalf("%d writers saw ErrClosed, want 4", closedErrs.Load())
 	}
 }
 
