@@ -10,15 +10,17 @@ FUZZ_TARGETS := FuzzReadFrame FuzzDecodeMethod FuzzDecodeTable FuzzDecodePropert
 # `make conformance` runs against the built binary.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/conformance$$')
 
-.PHONY: help build run test fmt-check vet unit conformance fuzz gen clean
+.PHONY: help build run test fmt-check vet unit conformance fuzz gen bench clean
 
 help:
 	@echo "make build        build $(BIN)"
 	@echo "make run          build, then run the broker on 127.0.0.1:5672 with data in ./warren-data"
 	@echo "make test         gofmt check, go vet, unit tests with -race, then make conformance"
-	@echo "make conformance  black-box tests against $(BIN), then amqp091-go's integration suite"
+	@echo "make conformance  black-box tests against $(BIN): ours, amqp091-go's, the client suites, Celery"
+	@echo "                 REF=amqp://guest:guest@127.0.0.1:5682/ also runs them against RabbitMQ and diffs"
 	@echo "make fuzz         run each amqp fuzz target for FUZZTIME (default 60s)"
 	@echo "make gen          regenerate amqp/zz_spec091.go from the XML spec"
+	@echo "make bench        S1-S7 against bin/warren and the reference RabbitMQ; writes docs/benchmarks.md"
 	@echo "make clean        remove bin/"
 
 build:
@@ -41,8 +43,12 @@ unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 # The Go tests' full -v output goes to bin/conformance.log; the summary (and the measured RSS
-# per idle connection) is printed, the log without its === lines on failure. The amqp091-go suite runs
-# even when the Go tests failed, so one run shows both results.
+# per idle connection) is printed, the log without its === lines on failure. The amqp091-go suite
+# and the client suites (pika, kombu, amqplib, bunny, php-amqplib, Celery: conformance/clients/)
+# run even when an earlier suite failed, so one run shows every result. With REF set to a
+# reference broker's URL, the same suites then run against it and conformance/clients/
+# differential.sh prints, test by test, where the two differ.
+REF ?=
 conformance: build
 	@echo "== conformance tests against $(BIN) (full log: bin/conformance.log)"
 	@status=0; \
@@ -51,6 +57,11 @@ conformance: build
 	else grep -E '^(--- |ok |FAIL)|KB per connection' bin/conformance.log; fi; \
 	echo "== amqp091-go integration suite against $(BIN)"; \
 	WARREN_BIN=$(CURDIR)/$(BIN) ./conformance/amqp091-integration.sh || status=1; \
+	echo "== client suites against $(BIN) (logs: bin/clients/)"; \
+	WARREN_BIN=$(CURDIR)/$(BIN) RESULTS_DIR=$(CURDIR)/bin/clients ./conformance/clients/run.sh || status=1; \
+	if [ -n "$(REF)" ]; then \
+		WARREN_BIN=$(CURDIR)/$(BIN) ./conformance/clients/differential.sh "$(REF)" || status=1; \
+	fi; \
 	exit $$status
 
 fuzz:
@@ -61,6 +72,13 @@ fuzz:
 
 gen:
 	$(GO) generate ./amqp/
+
+# S1-S7 against bin/warren (the bench starts it on a free port, fresh data dir per run) and, when
+# reachable, the reference RabbitMQ (../shared/tools/rabbitmq.sh start); writes docs/benchmarks.md.
+BENCH_REF   ?= amqp://guest:guest@127.0.0.1:5682/
+BENCH_FLAGS ?=
+bench: build
+	./$(BIN) perf bench --ref-uri $(BENCH_REF) --out docs/benchmarks.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin

@@ -41,6 +41,9 @@ type Server struct {
 	db     *storage.DB
 	alarms *alarms
 
+	janitor     chan *queueEntry // queues to delete off their own goroutines
+	janitorQuit chan struct{}
+
 	wg sync.WaitGroup // accept loop and connection goroutines
 }
 
@@ -76,15 +79,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		db:      db,
-		conns:   make(map[*conn]struct{}),
-		replyTo: make(map[string]*channel),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		db:          db,
+		conns:       make(map[*conn]struct{}),
+		replyTo:     make(map[string]*channel),
+		janitor:     make(chan *queueEntry, 64),
+		janitorQuit: make(chan struct{}),
 	}
+	s.wg.Add(1)
+	go s.runJanitor()
 	v := newVhost("/", db)
 	s.vhosts = map[string]*vhost{"/": v}
 	if err := v.recover(s); err != nil {
+		close(s.janitorQuit)
+		s.wg.Wait()
 		v.close()
 		db.Close()
 		return nil, fmt.Errorf("recover %s: %w", cfg.DataDir, err)
@@ -98,10 +107,11 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.AMQPListen, err)
 	}
+	a := newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.log)
 	s.mu.Lock()
 	s.ln = ln
+	s.alarms = a
 	s.mu.Unlock()
-	s.alarms = newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.log)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
@@ -176,6 +186,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.forceClose(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
 	}
+	close(s.janitorQuit)
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -221,7 +232,19 @@ func (s *Server) memoryLimit() int64 {
 // SetResourceLimits changes the memory limit (bytes; 0 disables) and the disk free limit (bytes)
 // of a running broker, and re-checks the alarms at once.
 func (s *Server) SetResourceLimits(memoryBytes, diskFreeBytes int64) {
-	s.alarms.setLimits(memoryBytes, diskFreeBytes)
+	s.mu.Lock()
+	a := s.alarms
+	if a == nil {
+		// Not started yet: Start uses these.
+		s.cfg.MemoryHighWatermarkBytes, s.cfg.DiskFreeLimit = memoryBytes, diskFreeBytes
+		if memoryBytes == 0 {
+			s.cfg.MemoryHighWatermark = 0
+		}
+	}
+	s.mu.Unlock()
+	if a != nil {
+		a.setLimits(memoryBytes, diskFreeBytes)
+	}
 }
 
 func (s *Server) registerReplyTo(key string, ch *channel) {

@@ -2,6 +2,7 @@
 //
 //	warren serve [--amqp-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
 //	warren version
+//	warren perf [run|bench] [flags]
 //
 // Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
 // WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
@@ -19,6 +20,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"warren/cmd/warren/internal/perf"
 	"warren/server"
 )
 
@@ -60,6 +62,24 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Value:   server.DefaultConfig().DataDir,
 						EnvVars: []string{"WARREN_DATA_DIR"},
 					},
+					&cli.Float64Flag{
+						Name:    "memory-high-watermark",
+						Usage:   "`FRACTION` of RAM above which publishers are blocked (0 disables)",
+						Value:   server.DefaultConfig().MemoryHighWatermark,
+						EnvVars: []string{"WARREN_MEMORY_HIGH_WATERMARK"},
+					},
+					&cli.StringFlag{
+						Name:    "disk-free-limit",
+						Usage:   "free `SPACE` on the data directory's disk below which publishers are blocked (e.g. 50MB, 2GB; 0 disables)",
+						Value:   "50MB",
+						EnvVars: []string{"WARREN_DISK_FREE_LIMIT"},
+					},
+					&cli.DurationFlag{
+						Name:    "consumer-timeout",
+						Usage:   "`DURATION` a consumer may hold an unacknowledged delivery before it is cancelled and its messages requeued (0 disables; queues override it with x-consumer-timeout)",
+						Value:   server.DefaultConfig().ConsumerTimeout,
+						EnvVars: []string{"WARREN_CONSUMER_TIMEOUT"},
+					},
 					&cli.StringFlag{
 						Name:    "log-level",
 						Usage:   "`LEVEL` of logs written to stderr: debug, info, warn or error",
@@ -80,6 +100,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					cfg := server.DefaultConfig()
 					cfg.AMQPListen = c.String("amqp-listen")
 					cfg.DataDir = c.String("data-dir")
+					cfg.MemoryHighWatermark = c.Float64("memory-high-watermark")
+					if cfg.DiskFreeLimit, err = parseSize(c.String("disk-free-limit")); err != nil {
+						return fmt.Errorf("--disk-free-limit: %w", err)
+					}
+					cfg.ConsumerTimeout = c.Duration("consumer-timeout")
 					cfg.Logger = logger
 					return serve(c.Context, cfg)
 				},
@@ -92,8 +117,29 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return err
 				},
 			},
+			perf.Command(),
 		},
 	}
+}
+
+// parseSize reads a byte count with an optional unit: 50000000, 50MB, 2GB, 512MiB.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if len(s) > len(u.suffix) && s[len(s)-len(u.suffix):] == u.suffix {
+			s, mult = s[:len(s)-len(u.suffix)], u.mult
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	return n * mult, nil
 }
 
 // parseLevel maps a --log-level value onto a slog level.

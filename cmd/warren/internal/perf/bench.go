@@ -187,7 +187,7 @@ func benchScenarios() []benchScenario {
 		},
 		{
 			id: "S6", title: "memory of idle connections",
-			detail:  "Opens the given number of connections (one channel each, nothing else) and reads the broker's resident memory (VmRSS) before and, once it settles, after: (after - before) / connections opened.",
+			detail:  "Opens the connections (one channel each, nothing else, 32 at a time) and reads the broker's resident memory (VmRSS) before and, once it has settled, after: (after - before) / connections opened.",
 			metrics: []benchMetric{{key: "kb_per_conn", label: "memory per connection (KB)", unit: "KB", lowerBetter: true}},
 			bound:   func(BenchConfig) time.Duration { return 5 * time.Minute },
 			run:     runIdleScenario,
@@ -317,8 +317,8 @@ func runIdleScenario(ctx context.Context, b *bencher, t *benchTarget) runOutcome
 	return out
 }
 
-// settledRSS polls pid's RSS every 200 ms until it changes by less than 0.5% over a second,
-// for at most 15 s, and returns the last reading.
+// settledRSS polls pid's RSS every 200 ms until it changes by less than 0.5% (or 1 MiB)
+// over a second, for at most 15 s, and returns the last reading.
 func settledRSS(ctx context.Context, pid int) (uint64, error) {
 	deadline := time.Now().Add(15 * time.Second)
 	var window []uint64
@@ -336,7 +336,7 @@ func settledRSS(ctx context.Context, pid int) (uint64, error) {
 			for _, w := range window {
 				lo, hi = min(lo, w), max(hi, w)
 			}
-			if float64(hi-lo) < 0.005*float64(hi) {
+			if float64(hi-lo) < max(0.005*float64(hi), 1<<20) {
 				return v, nil
 			}
 		}
@@ -549,6 +549,7 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 	}
 
 	started := time.Now()
+	loadStart := loadAverage()
 	results := map[string]map[string][]runOutcome{}
 	for _, sc := range scenarios {
 		results[sc.id] = map[string][]runOutcome{}
@@ -567,7 +568,7 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 	rep := &benchReport{
 		cfg: cfg, scenarios: scenarios, results: results, warren: warren, ref: ref,
 		machine: describeMachine(), date: started.UTC(), took: time.Since(started),
-		interrupted: ctx.Err() != nil,
+		interrupted: ctx.Err() != nil, loadStart: loadStart, loadEnd: loadAverage(),
 	}
 	fmt.Fprint(cfg.Stdout, rep.table())
 	if cfg.Out != "" {

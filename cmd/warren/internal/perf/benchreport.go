@@ -17,6 +17,8 @@ type benchReport struct {
 	date        time.Time
 	took        time.Duration
 	interrupted bool
+	loadStart   string // /proc/loadavg when the bench started
+	loadEnd     string
 }
 
 const ratioHeader = "Ratio (higher is better for Warren: Warren/RabbitMQ for rates, RabbitMQ/Warren for latency and memory)"
@@ -160,6 +162,7 @@ func (r *benchReport) markdown() string {
 	fmt.Fprintf(&b, "- Command: `%s`\n", r.cfg.CommandLine)
 	fmt.Fprintf(&b, "- Machine: %s, %d logical cores, %s RAM; %s; %s; open-files limit of the bench %s\n", m.CPU, m.Cores, m.RAM, m.Kernel, m.OS, m.FileLim)
 	fmt.Fprintf(&b, "- Go: %s\n", m.GoVer)
+	fmt.Fprintf(&b, "- Load average (1, 5, 15 min) when the bench started, i.e. other work on the machine: %s; when it ended, the bench included: %s\n", r.loadStart, r.loadEnd)
 	how := "at " + redact(r.warren.uri)
 	if r.warren.proc != nil {
 		how = "started by the bench (`serve` on a free loopback port), restarted with an empty data directory before every run"
@@ -184,7 +187,7 @@ func (r *benchReport) markdown() string {
 		detail := sc.detail
 		switch sc.id {
 		case "S6":
-			detail = fmt.Sprintf("%s connections. ", fmtInt(uint64(r.cfg.IdleConnections))) + detail
+			detail = fmt.Sprintf("Connections: %s. ", fmtInt(uint64(r.cfg.IdleConnections))) + detail
 		case "S7":
 			detail = fmt.Sprintf("Backlog: %s messages; fill and drain are each bounded by %s. ", fmtInt(uint64(r.cfg.Backlog)), r.cfg.BacklogTimeout) + detail
 		}

@@ -63,7 +63,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "queue-type", Value: "classic", Usage: "x-queue-type: classic, quorum or stream (stream needs --qos and manual ack)"},
 		&cli.StringFlag{Name: "stream-offset", Usage: "x-stream-offset for stream consumers: first, last, next, a number or an interval"},
 		&cli.StringFlag{Name: "exchange-type", Aliases: []string{"t"}, Value: "direct", Usage: "direct, fanout (binds every queue) or topic"},
-		&cli.StringFlag{Name: "exchange", Aliases: []string{"e"}, Usage: "exchange `NAME` (default perf-<exchange-type>)"},
+		&cli.StringFlag{Name: "exchange", Aliases: []string{"e"}, Usage: "exchange `NAME` (default perf-<exchange-type>; with --predeclared, the default exchange)"},
 		&cli.IntFlag{Name: "size", Aliases: []string{"s"}, Value: headerSize, Usage: fmt.Sprintf("message body `BYTES` (at least %d: producer id, sequence, send time)", headerSize)},
 		&cli.BoolFlag{Name: "persistent", Aliases: []string{"f"}, Usage: "persistent messages (delivery mode 2) to durable queues"},
 		&cli.IntFlag{Name: "confirm", Aliases: []string{"c"}, Usage: "publisher-confirm window: at most `N` unconfirmed messages per producer; 0 = no confirms"},

@@ -15,7 +15,7 @@ const (
 	histSubBits = 6
 	histSub     = 1 << histSubBits
 	histMaxBits = 50
-	histBuckets = (histMaxBits-histSubBits)*histSub + 2*histSub
+	histBuckets = (histMaxBits-histSubBits)*histSub + histSub // last: 2^histMaxBits-1
 )
 
 type histogram struct {

@@ -66,3 +66,16 @@ func readMeminfoKB(field string) (uint64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/meminfo", field)
 }
+
+// loadAverage returns the 1, 5 and 15 minute load averages from /proc/loadavg.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
+}

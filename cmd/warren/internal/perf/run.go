@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +36,7 @@ type RunConfig struct {
 	QueueType     string        // classic (default), quorum or stream: sent as x-queue-type
 	StreamOffset  string        // x-stream-offset for stream consumers: first, last, next or a number
 	ExchangeType  string        // direct (default), fanout or topic
-	Exchange      string        // exchange name (default "perf-" + ExchangeType)
+	Exchange      string        // exchange name (default "perf-" + ExchangeType; with Predeclared, the default exchange)
 	Size          int           // message body size in bytes (at least headerSize)
 	Persistent    bool          // delivery mode 2 and durable queues
 	Confirm       int           // outstanding publisher-confirm window; 0 = no confirms
@@ -82,7 +84,7 @@ func (c *RunConfig) setDefaults() {
 	if c.ExchangeType == "" {
 		c.ExchangeType = "direct"
 	}
-	if c.Exchange == "" {
+	if c.Exchange == "" && !c.Predeclared {
 		c.Exchange = "perf-" + c.ExchangeType
 	}
 	if c.Size < headerSize {
@@ -132,6 +134,9 @@ func (c *RunConfig) validate() error {
 	case "direct", "fanout", "topic":
 	default:
 		return fmt.Errorf("unknown exchange type %q: want direct, fanout or topic", c.ExchangeType)
+	}
+	if c.Predeclared && c.Exchange == "" && c.ExchangeType == "fanout" {
+		return errors.New("--predeclared with a fanout exchange needs its name: --exchange NAME")
 	}
 	if c.AutoAck && c.MultiAckEvery > 0 {
 		return errors.New("--multi-ack-every needs manual acks: drop --auto-ack")
@@ -218,6 +223,7 @@ type runner struct {
 type producer struct {
 	id       int
 	conn     *amqp.Connection
+	raw      *coalescingConn
 	ch       *amqp.Channel
 	exchange string
 	key      string
@@ -240,6 +246,7 @@ type consumer struct {
 	queue      int // index into runner.queues
 	track      int // first index into runner.consumed
 	conn       *amqp.Connection
+	raw        *coalescingConn
 	ch         *amqp.Channel
 	deliveries <-chan amqp.Delivery
 	closed     chan *amqp.Error // the channel's close reason
@@ -265,28 +272,67 @@ func (r *runner) addErr(format string, args ...any) {
 	}
 }
 
-// dial opens a connection named for the broker's connection list.
+// dial opens a connection named for the broker's connection list, writing through a
+// coalescingConn so that publishes and acks do not each cost a system call.
 func dial(uri, name string) (*amqp.Connection, error) {
+	conn, _, err := dialRaw(uri, name)
+	return conn, err
+}
+
+// dialRaw is dial that also returns the socket, which abort can close under a client
+// blocked in a write.
+func dialRaw(uri, name string) (*amqp.Connection, *coalescingConn, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
+	var raw *coalescingConn
 	conn, err := amqp.DialConfig(uri, amqp.Config{
 		Properties: props,
 		Locale:     "en_US",
-		Dial:       amqp.DefaultDial(10 * time.Second),
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := amqp.DefaultDial(10*time.Second)(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			raw = newCoalescingConn(c)
+			return raw, nil
+		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact(uri), err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", redact(uri), err)
 	}
-	return conn, nil
+	return conn, raw, nil
+}
+
+// stuckTimeout is how long a stopping producer or consumer may stay blocked (say, by a broker
+// that stopped reading, or blocked publishers with connection.blocked) before its socket is
+// closed under it.
+const stuckTimeout = 10 * time.Second
+
+// waitOrAbort waits for done; after stuckTimeout it closes raw's socket and waits again.
+func waitOrAbort(done <-chan struct{}, raw *coalescingConn, deadline time.Time) (aborted bool) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+	}
+	if raw != nil {
+		_ = raw.Conn.Close()
+	}
+	<-done
+	return true
 }
 
 // redact hides the password of an AMQP URI.
 func redact(uri string) string {
-	u, err := amqp.ParseURI(uri)
+	u, err := url.Parse(uri)
 	if err != nil {
 		return "(unparseable URI)"
 	}
-	u.Password = ""
+	if u.User != nil {
+		u.User = url.User(u.User.Username())
+	}
 	return u.String()
 }
 
@@ -370,11 +416,12 @@ func Run(ctx context.Context, cfg RunConfig) (*Result, error) {
 	pubEnd := time.Now()
 
 	if cfg.ConsumeAfterPublish && cfg.Consumers > 0 && ctx.Err() == nil {
+		r.phase("drain")
 		if err := r.startConsumers(); err != nil {
 			r.addErr("%v", err)
 		}
-	}
-	if len(r.consumers) > 0 && (cfg.Producers > 0 || cfg.ConsumeAfterPublish) {
+		r.drain(ctx, pubEnd)
+	} else if len(r.consumers) > 0 && cfg.Producers > 0 {
 		r.phase("drain")
 		r.drain(ctx, pubEnd)
 	}
@@ -445,11 +492,11 @@ func (r *runner) openProducers() error {
 		if r.fanout {
 			p.key = ""
 		}
-		conn, err := dial(r.cfg.URI, fmt.Sprintf("warren-perf producer %d", i))
+		conn, raw, err := dialRaw(r.cfg.URI, fmt.Sprintf("warren-perf producer %d", i))
 		if err != nil {
 			return err
 		}
-		p.conn = conn
+		p.conn, p.raw = conn, raw
 		r.producers = append(r.producers, p)
 		if p.ch, err = conn.Channel(); err != nil {
 			return fmt.Errorf("producer %d: open channel: %w", i, err)
@@ -576,11 +623,11 @@ func (r *runner) startConsumers() error {
 		if r.fanout {
 			c.track = c.queue
 		}
-		conn, err := dial(r.cfg.URI, fmt.Sprintf("warren-perf consumer %d", i))
+		conn, raw, err := dialRaw(r.cfg.URI, fmt.Sprintf("warren-perf consumer %d", i))
 		if err != nil {
 			return fail(err)
 		}
-		c.conn = conn
+		c.conn, c.raw = conn, raw
 		started = append(started, c)
 		if c.ch, err = conn.Channel(); err != nil {
 			return fail(fmt.Errorf("consumer %d: open channel: %w", i, err))
@@ -752,8 +799,11 @@ func (r *runner) waitPublishing(ctx context.Context) {
 	}
 	r.stopping.Store(true)
 	close(r.stop)
+	deadline := time.Now().Add(stuckTimeout)
 	for _, p := range r.producers {
-		<-p.done
+		if waitOrAbort(p.done, p.raw, deadline) {
+			r.addErr("producer %d: publish still blocked %s after the stop (connection.blocked or a broker not reading?); its connection was closed", p.id, stuckTimeout)
+		}
 	}
 }
 
@@ -834,8 +884,11 @@ func (r *runner) stopConsumers() {
 	for _, c := range r.consumers {
 		close(c.stop)
 	}
+	deadline := time.Now().Add(stuckTimeout)
 	for _, c := range r.consumers {
-		<-c.done
+		if waitOrAbort(c.done, c.raw, deadline) {
+			r.addErr("consumer %d: still blocked %s after the stop; its connection was closed", c.id, stuckTimeout)
+		}
 	}
 }
 
