@@ -74,7 +74,10 @@ type channel struct {
 	asyncConfirms atomic.Int64 // confirms waiting for a commit callback
 	confirmMu     sync.Mutex   // guards acked between the reader and commit callbacks
 
+	rejected bool // the publish being routed was refused by a queue (x-overflow reject-publish)
+
 	mu        sync.Mutex
+	revoked   map[uint64]struct{} // delivery tags taken back by a consumer timeout
 	closed    bool
 	nextTag   uint64
 	unacked   unackedList
@@ -221,7 +224,11 @@ func (cs *consumer) Deliver(q *queue.Queue, d queue.Delivery) {
 	if !cs.noAck {
 		ch.unacked.push(unackedEntry{tag: tag, q: q, id: d.ID, cons: cs, global: ch.globalLimit.Load() > 0})
 	}
-	ch.writeDelivery(cs.tag, tag, d.Redelivered, d.Msg)
+	msg := d.Msg
+	if d.DeliveryCount > 0 {
+		msg = withDeliveryCount(msg, d.DeliveryCount)
+	}
+	ch.writeDelivery(cs.tag, tag, d.Redelivered, msg)
 	ch.mu.Unlock()
 }
 
@@ -235,6 +242,24 @@ func (ch *channel) writeDelivery(ctag string, tag uint64, redelivered bool, m *q
 	o.buf = amqp.AppendContentHeaderFrame(o.buf, ch.id, amqp.ClassBasic, uint64(len(m.Body)), m.Props)
 	o.buf = amqp.AppendBodyFrames(o.buf, ch.id, m.Body, o.frameMax)
 	o.unlockAppend()
+}
+
+// withDeliveryCount returns a copy of m whose headers carry x-delivery-count (redeliveries).
+func withDeliveryCount(m *queue.Message, count uint32) *queue.Message {
+	props, err := amqp.DecodeProperties(m.Props)
+	if err != nil {
+		return m
+	}
+	h := amqp.Table{}
+	for k, v := range props.Headers {
+		h[k] = v
+	}
+	h["x-delivery-count"] = int64(count)
+	props.Headers = h
+	props.Flags = 0
+	cp := *m
+	cp.Props = props.Append(nil)
+	return &cp
 }
 
 // newName returns prefix + 22 characters of random base64url, like RabbitMQ's generated names.
@@ -301,6 +326,20 @@ func (l *unackedList) takeUpTo(dst []unackedEntry, tag uint64) []unackedEntry {
 		}
 		l.entries[l.head] = unackedEntry{}
 		l.head++
+	}
+	l.compact()
+	return dst
+}
+
+// takeConsumer removes every entry delivered to cs.
+func (l *unackedList) takeConsumer(dst []unackedEntry, cs *consumer) []unackedEntry {
+	for i := l.head; i < len(l.entries); i++ {
+		e := &l.entries[i]
+		if !e.done && e.cons == cs {
+			dst = append(dst, *e)
+			e.done, e.q, e.cons = true, nil, nil
+			l.live--
+		}
 	}
 	l.compact()
 	return dst

@@ -25,6 +25,10 @@ type Config struct {
 	MemoryHighWatermark float64
 	// MemoryHighWatermarkBytes, if set, is an absolute limit and overrides MemoryHighWatermark.
 	MemoryHighWatermarkBytes int64
+	// ConsumerTimeout is how long a consumer may hold an unacknowledged delivery before it is
+	// cancelled and its messages requeued (default 30 minutes; 0 disables). Queues override it with
+	// x-consumer-timeout.
+	ConsumerTimeout time.Duration
 	// DiskFreeLimit is the free space on the data directory's file system below which publishers
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
@@ -40,6 +44,7 @@ func DefaultConfig() Config {
 		ChannelMax:          2047,
 		MaxMessageSize:      16 << 20,
 		MemoryHighWatermark: 0.4,
+		ConsumerTimeout:     30 * time.Minute,
 		DiskFreeLimit:       50_000_000,
 	}
 }

@@ -169,8 +169,14 @@ func (v *vhost) recover(s *Server) error {
 		id, _ := amqp.AsInt64(qr.t["id"])
 		ad, _ := qr.t["auto_delete"].(bool)
 		args, _ := qr.t["arguments"].(amqp.Table)
-		e := &queueEntry{args: args}
-		e.q = queue.New(queue.Options{Name: qr.name, Durable: true, AutoDelete: ad, ID: uint64(id), DB: v.db, Logger: s.log})
+		st, aerr := parseQueueArgs(qr.name, v.name, args)
+		if aerr != nil {
+			s.log.Warn("stored queue arguments no longer valid; using defaults", "queue", qr.name, "err", aerr.Text)
+			st, _ = parseQueueArgs(qr.name, v.name, nil)
+		}
+		opts, hooks := s.newQueueOptions(v, qr.name, true, false, ad, st, uint64(id))
+		e := &queueEntry{args: args, v: v, settings: st, hooks: hooks, q: queue.New(opts)}
+		hooks.e.Store(e)
 		v.queues[qr.name] = e
 		byID[uint64(id)] = e
 		if uint64(id) >= s.nextQueueID.Load() {
@@ -193,6 +199,22 @@ func (v *vhost) recover(s *Server) error {
 	}
 	v.persisted = persisted
 
+	// Side records: deadlines, priorities and delivery counts of stored messages.
+	metas := make(map[uint64]map[uint64]queue.RestoredMeta)
+	for qid := range byID {
+		err := v.db.Scan(queue.MetaPrefix(qid), false, func(key, val []byte) error {
+			if id, m, ok := queue.ParseMeta(key, val); ok {
+				if metas[qid] == nil {
+					metas[qid] = make(map[uint64]queue.RestoredMeta)
+				}
+				metas[qid][id] = m
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read message metadata: %w", err)
+		}
+	}
 	// Messages: keys only, so a long backlog costs an index entry per message, not its body.
 	orphans := make(map[uint64]int)
 	total := 0
@@ -202,7 +224,7 @@ func (v *vhost) recover(s *Server) error {
 			return nil
 		}
 		if e := byID[qid]; e != nil {
-			e.q.Restore(mid)
+			e.q.Restore(mid, metas[qid][mid])
 			total++
 		} else {
 			orphans[qid]++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"warren/amqp"
 	"warren/exchange"
@@ -262,6 +263,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return ch.lockedError(name)
 		}
+		e.q.Touch()
 		if !m.Passive {
 			if err := checkQueueEquivalence(e, m, v.name); err != nil {
 				v.mu.Unlock()
@@ -282,12 +284,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return err
 		}
-		_ = settings
-		e = &queueEntry{
-			q: queue.New(queue.Options{Name: name, Durable: m.Durable, Exclusive: m.Exclusive, AutoDelete: m.AutoDelete,
-				ID: c.s.nextQueueID.Add(1), DB: v.db, Logger: c.log}),
-			args: m.Arguments,
-		}
+		opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, c.s.nextQueueID.Add(1))
+		e = &queueEntry{q: queue.New(opts), args: m.Arguments, v: v, settings: settings, hooks: hooks}
+		hooks.e.Store(e)
 		if m.Exclusive {
 			e.owner = c
 			c.exclusiveQs[e] = struct{}{}
@@ -508,11 +507,15 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if !m.NoAck {
 		ch.unacked.push(unackedEntry{tag: tag, q: e.q, id: d.ID})
 	}
+	msg := d.Msg
+	if d.DeliveryCount > 0 {
+		msg = withDeliveryCount(msg, d.DeliveryCount)
+	}
 	o := ch.c.out
 	if o.lockAppend() {
-		o.buf = amqp.AppendBasicGetOk(o.buf, ch.id, tag, d.Redelivered, d.Msg.Exchange, d.Msg.RoutingKey, uint32(remaining))
-		o.buf = amqp.AppendContentHeaderFrame(o.buf, ch.id, amqp.ClassBasic, uint64(len(d.Msg.Body)), d.Msg.Props)
-		o.buf = amqp.AppendBodyFrames(o.buf, ch.id, d.Msg.Body, o.frameMax)
+		o.buf = amqp.AppendBasicGetOk(o.buf, ch.id, tag, d.Redelivered, msg.Exchange, msg.RoutingKey, uint32(remaining))
+		o.buf = amqp.AppendContentHeaderFrame(o.buf, ch.id, amqp.ClassBasic, uint64(len(msg.Body)), msg.Props)
+		o.buf = amqp.AppendBodyFrames(o.buf, ch.id, msg.Body, o.frameMax)
 		o.unlockAppend()
 	}
 	ch.mu.Unlock()
@@ -568,6 +571,12 @@ func (ch *channel) settle(a txAck) *amqp.Error {
 func (ch *channel) applySettle(a txAck) *amqp.Error {
 	var entries []unackedEntry
 	ch.mu.Lock()
+	if _, ok := ch.revoked[a.tag]; ok && !a.multiple {
+		// The delivery was taken back when its consumer timed out: nothing to settle.
+		delete(ch.revoked, a.tag)
+		ch.mu.Unlock()
+		return nil
+	}
 	if a.multiple {
 		if a.tag == 0 {
 			entries = ch.unacked.takeAll(nil)
@@ -705,6 +714,23 @@ func (ch *channel) publishComplete() *amqp.Error {
 	}
 	mandatory := p.mandatory
 	*p = pendingPublish{}
+	if len(msg.Props) >= 2 && msg.Props[0]&byte((amqp.FlagPriority|amqp.FlagExpiration)>>8) != 0 {
+		props, err := amqp.DecodeProperties(msg.Props)
+		if err != nil {
+			return amqp.Errorf(amqp.SyntaxError, "malformed content properties: %v", err)
+		}
+		msg.Priority = props.Priority
+		ms, aerr := parseExpiration(props.Expiration)
+		if aerr != nil {
+			return aerr
+		}
+		if ms >= 0 {
+			msg.ExpiresAt = time.Now().UnixMilli() + ms
+			if msg.ExpiresAt == 0 {
+				msg.ExpiresAt = 1
+			}
+		}
+	}
 	if ch.tx {
 		// Check the exchange now, as RabbitMQ does, route at commit.
 		if err := ch.checkPublishExchange(msg.Exchange); err != nil {
@@ -724,12 +750,14 @@ func (ch *channel) publishComplete() *amqp.Error {
 		cg.remaining.Store(1) // held until routing is done
 		ch.c.credit.acquire(cg.bytes)
 	}
+	ch.rejected = false
 	if err := ch.route(msg, mandatory, cg); err != nil {
 		if cg != nil {
 			cg.finish(nil)
 		}
 		return err
 	}
+	rejected := ch.rejected
 	if cg != nil && cg.remaining.Load() > 1 {
 		// Some queue writes to disk: the confirm goes out from the commit callback.
 		if ch.confirm {
@@ -749,7 +777,32 @@ func (ch *channel) publishComplete() *amqp.Error {
 		// Earlier confirms still wait for the disk: keep the order by queueing behind them.
 		ch.asyncConfirms.Add(1)
 		seq := ch.publishSeq
-		ch.c.s.db.Commit(&storage.Batch{}, func(err error) { ch.confirmAsync(seq, err) })
+		var nackErr error
+		if rejected {
+			nackErr = errConfirmFailed
+		}
+		ch.c.s.db.Commit(&storage.Batch{}, func(err error) {
+			if err == nil {
+				err = nackErr
+			}
+			ch.confirmAsync(seq, err)
+		})
+		return nil
+	}
+	if rejected {
+		// x-overflow reject-publish: confirm what came before, then nack this one.
+		ch.confirmMu.Lock()
+		o := ch.c.out
+		if o.lockAppend() {
+			if ch.confirmed > ch.acked {
+				o.buf = amqp.AppendBasicAck(o.buf, ch.id, ch.confirmed, ch.confirmed-ch.acked > 1)
+			}
+			o.buf = amqp.AppendBasicNack(o.buf, ch.id, ch.publishSeq, false, false)
+			o.unlockAppend()
+		}
+		ch.acked = ch.publishSeq
+		ch.confirmed = ch.publishSeq
+		ch.confirmMu.Unlock()
 		return nil
 	}
 	ch.confirmed = ch.publishSeq
@@ -888,16 +941,22 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, cg *confirmGroup) *
 		if cg != nil {
 			cg.remaining.Add(1)
 		}
-		ok, async := e.q.Publish(msg, done)
+		status, async := e.q.Publish(msg, done)
 		if cg != nil && !async {
 			cg.remaining.Add(-1)
 		}
-		if ok {
+		switch status {
+		case queue.Accepted:
 			delivered = true
+		case queue.Rejected:
+			ch.rejected = true
+			if cg != nil {
+				cg.failed.Store(true)
+			}
 		}
 		ch.routeQueues[i] = nil
 	}
-	if !delivered && mandatory {
+	if !delivered && !ch.rejected && mandatory {
 		ch.sendReturn(msg)
 	}
 	return nil

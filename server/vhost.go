@@ -26,9 +26,12 @@ type vhost struct {
 
 // queueEntry is a declared queue plus what the server needs to know about it.
 type queueEntry struct {
-	q     *queue.Queue
-	args  amqp.Table
-	owner *conn // exclusive owner; nil if not exclusive
+	q        *queue.Queue
+	args     amqp.Table
+	owner    *conn // exclusive owner; nil if not exclusive
+	v        *vhost
+	settings queueSettings
+	hooks    *queueHooks
 }
 
 func newVhost(name string, db *storage.DB) *vhost {

@@ -48,7 +48,9 @@ const (
 	defaultNumMemtables     = 2
 	defaultBlockCacheSize   = 16 << 20
 	defaultIndexCacheSize   = 16 << 20
-	defaultValueLogFileSize = 256 << 20
+	// defaultValueLogFileSize is small because value-log GC reads a whole file through its mapping:
+	// 64 MiB bounds the resident set a rewrite can add before the trimmer drops it.
+	defaultValueLogFileSize = 64 << 20
 	defaultNumCompactors    = 2
 	defaultGCInterval       = time.Minute
 	defaultGCDiscardRatio   = 0.5
@@ -74,7 +76,7 @@ type Options struct {
 	maxPendingBytes  int64 // committer queue bound in payload bytes (default 16 MiB)
 	maxPendingOps    int   // committer queue bound in operations (default 64k)
 	memTableSize     int64 // default 16 MiB
-	valueLogFileSize int64 // default 256 MiB
+	valueLogFileSize int64 // default 64 MiB
 	trimBudget       int64 // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
 }
 
@@ -323,6 +325,12 @@ func (d *DB) runGC() (rewrites int) {
 		d.mapMu.RLock()
 		err := d.bdb.RunValueLogGC(defaultGCDiscardRatio)
 		d.mapMu.RUnlock()
+		// The rewrite read a whole value-log file through its mapping: ask the committer to trim now.
+		d.trimWanted.Store(true)
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 				d.log.Warn("value-log GC failed", "err", err)

@@ -128,3 +128,122 @@ func (h *idHeap) pop() entry {
 	*h = s
 	return top
 }
+
+// set replaces the i-th element from the front (0 <= i < Len).
+func (d *deque[T]) set(i int, v T) { d.buf[(d.head+i)&(len(d.buf)-1)] = v }
+
+// search returns the smallest i in [0, Len) for which less(At(i)) is false, or Len if there is
+// none. less must be true for a prefix of the deque and false after it. O(log Len).
+func (d *deque[T]) search(less func(T) bool) int {
+	lo, hi := 0, d.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if less(d.At(mid)) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// heapify restores the heap property of h after arbitrary changes to its elements. O(n).
+func (h idHeap) heapify() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		for j := i; ; {
+			l := 2*j + 1
+			if l >= len(h) {
+				break
+			}
+			c := l
+			if r := l + 1; r < len(h) && h[r].id < h[l].id {
+				c = r
+			}
+			if h[j].id <= h[c].id {
+				break
+			}
+			h[j], h[c] = h[c], h[j]
+			j = c
+		}
+	}
+}
+
+// deadlineItem is an entry of the expiry heap: a message id and its deadline.
+type deadlineItem struct {
+	deadline int64
+	id       uint64
+}
+
+func (a deadlineItem) less(b deadlineItem) bool {
+	return a.deadline < b.deadline || (a.deadline == b.deadline && a.id < b.id)
+}
+
+// deadlineHeap is a binary min-heap of deadlines, earliest first, ties by id.
+type deadlineHeap []deadlineItem
+
+// push adds it. O(log n).
+func (h *deadlineHeap) push(it deadlineItem) {
+	s := append(*h, it)
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s[i].less(s[p]) {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+	*h = s
+}
+
+// pop removes and returns the earliest item. The heap must not be empty. O(log n).
+func (h *deadlineHeap) pop() deadlineItem {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	s.down(0)
+	if cap(s) > minCap && len(s) <= cap(s)/4 {
+		s = append(make(deadlineHeap, 0, cap(s)/2), s...)
+	}
+	*h = s
+	return top
+}
+
+// down moves the item at i down to its place.
+func (h deadlineHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+			c = r
+		}
+		if !h[c].less(h[i]) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+}
+
+// heapify restores the heap property after arbitrary changes. O(n).
+func (h deadlineHeap) heapify() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// truncate keeps the first n elements (0 <= n <= Len).
+func (d *deque[T]) truncate(n int) {
+	var zero T
+	for i := n; i < d.n; i++ {
+		d.buf[(d.head+i)&(len(d.buf)-1)] = zero
+	}
+	d.n = n
+	for len(d.buf) > minCap && d.n <= len(d.buf)/4 {
+		d.resize(len(d.buf) / 2)
+	}
+}

@@ -580,19 +580,24 @@ func TestDeque(t *testing.T) {
 	}
 }
 
-// The model-based test drives the machine and a simple reference model with the same random
-// operations and checks after every step that they agree and that the invariants hold.
+// The model-based tests drive the machine and a simple reference model with the same random
+// operations and check after every step that they agree and that the invariants hold.
 
 type modelMsg struct {
 	id          uint64
 	msg         *Message
 	count       uint32
 	redelivered bool
+	size        uint32
+	prio        uint8 // level, already clamped
+	deadline    int64 // 0 = none
+	atOnce      bool  // published already due, waiting for the next CheckoutAt
 }
 
 type modelConsumer struct {
 	spec    ConsumerSpec
 	unacked int
+	seq     uint64
 }
 
 func (c *modelConsumer) credit() bool {
@@ -602,13 +607,24 @@ func (c *modelConsumer) credit() bool {
 type modelUnacked struct {
 	modelMsg
 	owner *modelConsumer // nil for basic.get
+	at    int64
 }
 
 type model struct {
+	cfg       Config
+	now       int64
 	nextID    uint64
-	ready     []modelMsg // sorted by id
+	ready     []modelMsg // in delivery order: priority desc, id asc
 	unacked   map[uint64]modelUnacked
 	consumers map[ConsumerID]*modelConsumer
+	seq       uint64
+	active    *modelConsumer // single active consumer
+	quiescing bool
+}
+
+func newModel(cfg Config) *model {
+	return &model{cfg: cfg, now: 1000, nextID: 1, unacked: map[uint64]modelUnacked{},
+		consumers: map[ConsumerID]*modelConsumer{}}
 }
 
 const (
@@ -629,6 +645,38 @@ func (md *model) state(id uint64) int {
 	return stateGone
 }
 
+// receives reports whether c may be given a message now.
+func (md *model) receives(c *modelConsumer) bool {
+	return c.credit() && (!md.cfg.SingleActiveConsumer || (c == md.active && !md.quiescing))
+}
+
+// sac recomputes the single active consumer (the rules of ActiveConsumer, written plainly).
+func (md *model) sac() {
+	if !md.cfg.SingleActiveConsumer {
+		return
+	}
+	var cand *modelConsumer
+	for _, c := range md.consumers {
+		if cand == nil || c.spec.Priority > cand.spec.Priority || (c.spec.Priority == cand.spec.Priority && c.seq < cand.seq) {
+			cand = c
+		}
+	}
+	if md.active == nil || (cand.spec.Priority > md.active.spec.Priority && md.active.unacked == 0) {
+		md.active = cand
+	}
+	md.quiescing = md.active != nil && cand.spec.Priority > md.active.spec.Priority
+}
+
+func (md *model) insertReady(mm modelMsg) {
+	i, _ := slices.BinarySearchFunc(md.ready, mm, func(a, b modelMsg) int {
+		if a.prio != b.prio {
+			return -cmpU64(uint64(a.prio), uint64(b.prio))
+		}
+		return cmpU64(a.id, b.id)
+	})
+	md.ready = slices.Insert(md.ready, i, mm)
+}
+
 // take removes id from the model's unacked set, returning its credit.
 func (md *model) take(id uint64) (modelMsg, bool) {
 	u, ok := md.unacked[id]
@@ -642,8 +690,18 @@ func (md *model) take(id uint64) (modelMsg, bool) {
 	return u.modelMsg, true
 }
 
+func (md *model) requeue(mm modelMsg) {
+	mm.count++
+	mm.redelivered = true
+	md.insertReady(mm)
+}
+
+func mdDead(mm modelMsg, r Reason, count uint32) Dead {
+	return Dead{ID: mm.id, Msg: mm.msg, Reason: r, DeliveryCount: count, Size: mm.size}
+}
+
 // deliver pops the model's first ready message for consumer c (nil: basic.get) and checks d matches.
-func (md *model) deliver(t *testing.T, d Delivery, c *modelConsumer, noAck bool) {
+func (md *model) deliver(t *testing.T, d Delivery, c *modelConsumer, noAck bool, at int64) {
 	t.Helper()
 	if len(md.ready) == 0 {
 		t.Fatalf("delivery %+v with nothing ready", d)
@@ -656,46 +714,208 @@ func (md *model) deliver(t *testing.T, d Delivery, c *modelConsumer, noAck bool)
 		t.Fatalf("message %d delivered again while unacked", d.ID)
 	}
 	md.ready = md.ready[1:]
+	want.atOnce = false
 	if !noAck {
-		md.unacked[d.ID] = modelUnacked{want, c}
+		md.unacked[d.ID] = modelUnacked{want, c, at}
 		if c != nil {
 			c.unacked++
 		}
 	}
 }
 
-// eligibleTop returns the highest priority among consumers with credit that were not refused.
+// eligibleTop returns the highest priority among consumers that may receive and were not refused.
 func (md *model) eligibleTop(refused map[ConsumerID]bool) (int32, bool) {
 	var top int32
 	found := false
 	for id, c := range md.consumers {
-		if c.credit() && !refused[id] && (!found || c.spec.Priority > top) {
+		if md.receives(c) && !refused[id] && (!found || c.spec.Priority > top) {
 			top, found = c.spec.Priority, true
 		}
 	}
 	return top, found
 }
 
-// readyIDs lists the machine's ready ids in delivery order, checking its internal invariants.
-func readyIDs(t *testing.T, m *Machine) []uint64 {
-	t.Helper()
-	for i := 1; i < len(m.returned); i++ {
-		if m.returned[(i-1)/2].id > m.returned[i].id {
-			t.Fatalf("heap property broken at %d", i)
+func (md *model) bytes() int {
+	n := 0
+	for _, r := range md.ready {
+		n += int(r.size)
+	}
+	return n
+}
+
+func (md *model) over() bool {
+	return (md.cfg.MaxLength >= 0 && int64(len(md.ready)) > md.cfg.MaxLength) ||
+		(md.cfg.MaxLengthBytes >= 0 && int64(md.bytes()) > md.cfg.MaxLengthBytes)
+}
+
+func (md *model) trim() []Dead {
+	var dead []Dead
+	for md.cfg.Overflow == DropHead && len(md.ready) > 0 && md.over() {
+		dead = append(dead, mdDead(md.ready[0], ReasonMaxLen, md.ready[0].count))
+		md.ready = md.ready[1:]
+	}
+	return dead
+}
+
+// expire removes the due messages (not those waiting to be delivered at once), by deadline then id.
+func (md *model) expire() []Dead {
+	var due []modelMsg
+	keep := md.ready[:0:0]
+	for _, r := range md.ready {
+		if r.deadline != 0 && r.deadline <= md.now && !r.atOnce {
+			due = append(due, r)
+		} else {
+			keep = append(keep, r)
 		}
 	}
+	md.ready = keep
+	slices.SortFunc(due, func(a, b modelMsg) int {
+		if a.deadline != b.deadline {
+			return int(a.deadline - b.deadline)
+		}
+		return cmpU64(a.id, b.id)
+	})
+	var dead []Dead
+	for _, r := range due {
+		dead = append(dead, mdDead(r, ReasonExpired, r.count))
+	}
+	return dead
+}
+
+func (md *model) sweepAtOnce() []Dead {
+	var dead []Dead
+	keep := md.ready[:0:0]
+	var gone []modelMsg
+	for _, r := range md.ready {
+		if r.atOnce {
+			gone = append(gone, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	md.ready = keep
+	slices.SortFunc(gone, func(a, b modelMsg) int { return cmpU64(a.id, b.id) })
+	for _, r := range gone {
+		dead = append(dead, mdDead(r, ReasonExpired, r.count))
+	}
+	return dead
+}
+
+func (md *model) returnAt(id uint64) (*Dead, bool) {
+	mm, ok := md.take(id)
+	if !ok {
+		return nil, false
+	}
+	if md.cfg.DeliveryLimit >= 0 && int64(mm.count)+1 > md.cfg.DeliveryLimit {
+		d := mdDead(mm, ReasonDeliveryLimit, mm.count+1)
+		return &d, true
+	}
+	md.requeue(mm)
+	return nil, true
+}
+
+// readyIDs lists the machine's live ready ids in delivery order, checking its internal invariants.
+func readyIDs(t *testing.T, m *Machine) []uint64 {
+	t.Helper()
 	var out []uint64
-	for _, e := range m.returned {
-		out = append(out, e.id)
+	tombs := 0
+	live := func(e entry) bool {
+		if !e.timed {
+			return true
+		}
+		if _, ok := m.timed[e.id]; ok {
+			return true
+		}
+		tombs++
+		return false
 	}
-	slices.Sort(out)
-	for i := range m.fifo.Len() {
-		out = append(out, m.fifo.At(i).id)
+	for p := len(m.levels) - 1; p >= 0; p-- {
+		l := &m.levels[p]
+		if p > m.top && l.len() > 0 {
+			t.Fatalf("level %d above top %d holds %d entries", p, m.top, l.len())
+		}
+		for i := 1; i < len(l.returned); i++ {
+			if l.returned[(i-1)/2].id > l.returned[i].id {
+				t.Fatalf("level %d: heap property broken at %d", p, i)
+			}
+		}
+		var lv []uint64
+		for _, e := range l.returned {
+			if int(e.prio) != p {
+				t.Fatalf("entry %d of priority %d in level %d", e.id, e.prio, p)
+			}
+			if live(e) {
+				lv = append(lv, e.id)
+			}
+		}
+		slices.Sort(lv)
+		for i := range l.fifo.Len() {
+			e := l.fifo.At(i)
+			if int(e.prio) != p || (i > 0 && l.fifo.At(i-1).id >= e.id) {
+				t.Fatalf("level %d: fifo entry %d out of place", p, e.id)
+			}
+			if i == 0 {
+				for _, r := range l.returned {
+					if r.id >= e.id {
+						t.Fatalf("level %d: returned %d not below the fifo head %d", p, r.id, e.id)
+					}
+				}
+			}
+			if live(e) {
+				lv = append(lv, e.id)
+			}
+		}
+		out = append(out, lv...)
 	}
-	if !slices.IsSorted(out) || len(slices.Compact(slices.Clone(out))) != len(out) {
-		t.Fatalf("ready ids not strictly increasing: %v", out)
+	if tombs != m.tombs {
+		t.Fatalf("%d tombstones, counted %d", m.tombs, tombs)
+	}
+	if len(out) != m.ready {
+		t.Fatalf("ready counter %d, %d live entries", m.ready, len(out))
 	}
 	return out
+}
+
+// checkTimed verifies the timed records and the expiry heap.
+func checkTimed(t *testing.T, m *Machine, ready []uint64) {
+	t.Helper()
+	isReady := map[uint64]bool{}
+	for _, id := range ready {
+		isReady[id] = true
+	}
+	queued := 0
+	for id, tm := range m.timed {
+		u, unacked := m.unacked[id]
+		if tm.unacked != unacked || (!unacked && !isReady[id]) || tm.e.id != id || !tm.e.timed || tm.deadline <= 0 {
+			t.Fatalf("timed %d: record %+v, unacked %v, ready %v", id, tm, unacked, isReady[id])
+		}
+		if unacked && !u.timed {
+			t.Fatalf("timed %d: unacked entry not timed", id)
+		}
+		if tm.queued {
+			queued++
+		}
+	}
+	if queued != m.queuedLive {
+		t.Fatalf("queuedLive %d, counted %d", m.queuedLive, queued)
+	}
+	items := map[uint64]int{}
+	for i, it := range m.expiry {
+		if i > 0 && m.expiry[(i-1)/2].deadline > it.deadline {
+			t.Fatal("expiry heap property broken")
+		}
+		if tm, ok := m.timed[it.id]; ok {
+			if !tm.queued || tm.deadline != it.deadline {
+				t.Fatalf("expiry item %+v for record %+v", it, tm)
+			}
+			items[it.id]++
+		}
+	}
+	for id, tm := range m.timed {
+		if tm.queued && items[id] != 1 {
+			t.Fatalf("queued message %d has %d expiry items", id, items[id])
+		}
+	}
 }
 
 // checkConsumers verifies the groups and rings against the consumers map.
@@ -713,8 +933,11 @@ func checkConsumers(t *testing.T, m *Machine) {
 				n++
 			}
 		}
-		if c.active != c.hasCredit() || (n == 1) != c.active || n > 1 {
-			t.Fatalf("consumer %d: active %v credit %v in ring %d times", id, c.active, c.hasCredit(), n)
+		if c.active != c.eligible() || (n == 1) != c.active || n > 1 {
+			t.Fatalf("consumer %d: active %v eligible %v in ring %d times", id, c.active, c.eligible(), n)
+		}
+		if sac := m.cfg.SingleActiveConsumer; c.standby != (sac && (c != m.sacActive || m.sacQuiescing)) {
+			t.Fatalf("consumer %d: standby %v", id, c.standby)
 		}
 	}
 	for i, g := range m.groups {
@@ -743,7 +966,7 @@ func TestMachineMatchesModel(t *testing.T) {
 func runModel(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	m := NewMachine()
-	md := &model{nextID: 1, unacked: map[uint64]modelUnacked{}, consumers: map[ConsumerID]*modelConsumer{}}
+	md := newModel(DefaultConfig())
 	randID := func() uint64 { return uint64(rng.IntN(int(md.nextID) + 2)) }
 
 	for step := range steps {
@@ -754,30 +977,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if id != md.nextID {
 				t.Fatalf("step %d: Enqueue = %d, want %d", step, id, md.nextID)
 			}
-			md.ready = append(md.ready, modelMsg{id: id, msg: msg})
+			md.ready = append(md.ready, modelMsg{id: id, msg: msg, size: uint32(len(msg.Body))})
 			md.nextID++
 		case op < 38:
-			spec := ConsumerSpec{
-				ID:       ConsumerID(1 + rng.IntN(5)),
-				Prefetch: uint32(rng.IntN(4)),
-				Priority: int32(rng.IntN(3)),
-				NoAck:    rng.IntN(8) == 0,
-			}
-			m.AddConsumer(spec)
-			if c, ok := md.consumers[spec.ID]; ok {
-				c.spec = spec
-			} else {
-				md.consumers[spec.ID] = &modelConsumer{spec: spec}
-			}
+			addConsumer(rng, m, md)
 		case op < 42:
-			id := ConsumerID(1 + rng.IntN(6))
-			_, want := md.consumers[id]
-			if got := m.RemoveConsumer(id); got != want {
-				t.Fatalf("step %d: RemoveConsumer(%d) = %v, want %v", step, id, got, want)
-			}
-			delete(md.consumers, id)
+			removeConsumer(t, step, rng, m, md)
 		case op < 60:
-			checkout(t, rng, m, md)
+			checkout(t, rng, m, md, false)
 		case op < 66:
 			noAck := rng.IntN(2) == 0
 			d, ok := m.Get(noAck)
@@ -788,7 +995,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				if d.Consumer != 0 {
 					t.Fatalf("step %d: Get delivery has consumer %d", step, d.Consumer)
 				}
-				md.deliver(t, d, nil, noAck)
+				md.deliver(t, d, nil, noAck, 0)
 			}
 		case op < 80:
 			id := randID()
@@ -803,12 +1010,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("step %d: Return(%d) = %v, want %v", step, id, got, want)
 			}
 			if want {
-				mm.count++
-				mm.redelivered = true
-				i, _ := slices.BinarySearchFunc(md.ready, id, func(r modelMsg, id uint64) int {
-					return cmpU64(r.id, id)
-				})
-				md.ready = slices.Insert(md.ready, i, mm)
+				md.requeue(mm)
 			}
 		case op < 98:
 			id := randID()
@@ -827,6 +1029,36 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	}
 }
 
+func addConsumer(rng *rand.Rand, m *Machine, md *model) {
+	spec := ConsumerSpec{
+		ID:       ConsumerID(1 + rng.IntN(5)),
+		Prefetch: uint32(rng.IntN(4)),
+		Priority: int32(rng.IntN(3)),
+		NoAck:    rng.IntN(8) == 0,
+	}
+	m.AddConsumer(spec)
+	if c, ok := md.consumers[spec.ID]; ok {
+		c.spec = spec
+	} else {
+		md.seq++
+		md.consumers[spec.ID] = &modelConsumer{spec: spec, seq: md.seq}
+	}
+	md.sac()
+}
+
+func removeConsumer(t *testing.T, step int, rng *rand.Rand, m *Machine, md *model) {
+	id := ConsumerID(1 + rng.IntN(6))
+	c, want := md.consumers[id]
+	if got := m.RemoveConsumer(id); got != want {
+		t.Fatalf("step %d: RemoveConsumer(%d) = %v, want %v", step, id, got, want)
+	}
+	delete(md.consumers, id)
+	if c != nil && c == md.active {
+		md.active = nil
+	}
+	md.sac()
+}
+
 func cmpU64(a, b uint64) int {
 	switch {
 	case a < b:
@@ -837,10 +1069,11 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// checkout runs one Checkout with a random max and a random reserve, then replays the reserve
-// calls against the model: each call must go to a consumer with credit, not refused earlier in
-// this call, of the highest eligible priority; each accepted call must be the next delivery.
-func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model) {
+// checkout runs one Checkout (CheckoutAt at the model's time if timed) with a random max and a
+// random reserve, then replays the reserve calls against the model: each call must go to a
+// consumer that may receive, not refused earlier in this call, of the highest eligible priority;
+// each accepted call must be the next delivery. It returns what CheckoutAt reported expired.
+func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model, timed bool) []Dead {
 	t.Helper()
 	max := rng.IntN(5) - 1
 	type call struct {
@@ -857,7 +1090,16 @@ func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model) {
 			return ok
 		}
 	}
-	ds := m.Checkout(nil, max, reserve)
+	var ds []Delivery
+	var dead, wantDead []Dead
+	var at int64
+	if timed {
+		ds, dead = m.CheckoutAt(nil, max, reserve, md.now)
+		wantDead = md.expire()
+		at = md.now
+	} else {
+		ds = m.Checkout(nil, max, reserve)
+	}
 	if reserve == nil {
 		for _, d := range ds {
 			calls = append(calls, call{d.Consumer, true})
@@ -867,8 +1109,8 @@ func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model) {
 	di := 0
 	for _, cl := range calls {
 		c, ok := md.consumers[cl.id]
-		if !ok || !c.credit() || refused[cl.id] {
-			t.Fatalf("reserve(%d): known %v, credit %v, refused %v", cl.id, ok, ok && c.credit(), refused[cl.id])
+		if !ok || !md.receives(c) || refused[cl.id] {
+			t.Fatalf("reserve(%d): known %v, receives %v, refused %v", cl.id, ok, ok && md.receives(c), refused[cl.id])
 		}
 		if top, _ := md.eligibleTop(refused); c.spec.Priority != top {
 			t.Fatalf("reserve(%d) with priority %d while %d is eligible", cl.id, c.spec.Priority, top)
@@ -883,7 +1125,7 @@ func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model) {
 		if di >= len(ds) || ds[di].Consumer != cl.id {
 			t.Fatalf("accepted reserve(%d) is not delivery %d of %v", cl.id, di, gots(ds))
 		}
-		md.deliver(t, ds[di], c, c.spec.NoAck)
+		md.deliver(t, ds[di], c, c.spec.NoAck, at)
 		di++
 	}
 	if di != len(ds) {
@@ -895,15 +1137,31 @@ func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model) {
 	if _, eligible := md.eligibleTop(refused); (max <= 0 || len(ds) < max) && len(md.ready) > 0 && eligible {
 		t.Fatalf("Checkout stopped with %d ready and an eligible consumer", len(md.ready))
 	}
+	if timed {
+		if atMax := max > 0 && len(ds) >= max; !atMax || len(md.ready) == 0 {
+			wantDead = append(wantDead, md.sweepAtOnce()...)
+		}
+		checkDead(t, "CheckoutAt", dead, wantDead)
+	}
+	return dead
+}
+
+func checkDead(t *testing.T, what string, got, want []Dead) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: dead %+v, want %+v", what, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: dead[%d] = %+v, want %+v", what, i, got[i], want[i])
+		}
+	}
 }
 
 // compare checks every observable count and the state of every id against the model.
 func compare(t *testing.T, step int, m *Machine, md *model) {
 	t.Helper()
-	bytes := 0
-	for _, r := range md.ready {
-		bytes += len(r.msg.Body)
-	}
+	bytes := md.bytes()
 	if m.Ready() != len(md.ready) || m.Unacked() != len(md.unacked) || m.Len() != len(md.ready)+len(md.unacked) ||
 		m.ReadyBytes() != bytes || m.Consumers() != len(md.consumers) {
 		t.Fatalf("step %d: ready %d/%d unacked %d/%d len %d bytes %d/%d consumers %d/%d", step,
@@ -920,13 +1178,26 @@ func compare(t *testing.T, step int, m *Machine, md *model) {
 			t.Fatalf("step %d: consumer %d: has %v unacked %d, want %v %d", step, id, m.HasConsumer(id), m.ConsumerUnacked(id), ok, want)
 		}
 	}
+	if md.cfg.SingleActiveConsumer {
+		id, ok := m.ActiveConsumer()
+		if ok != (md.active != nil) || (ok && id != md.active.spec.ID) || m.sacQuiescing != md.quiescing {
+			t.Fatalf("step %d: active %d %v quiescing %v, model %+v %v", step, id, ok, m.sacQuiescing, md.active, md.quiescing)
+		}
+	}
 	ready := readyIDs(t, m)
+	want := make([]uint64, len(md.ready))
+	for i, r := range md.ready {
+		want[i] = r.id
+	}
+	if !slices.Equal(ready, want) {
+		t.Fatalf("step %d: ready order %v, want %v", step, ready, want)
+	}
 	for id := uint64(1); id < md.nextID; id++ {
 		got := stateGone
 		if _, ok := m.unacked[id]; ok {
 			got = stateUnacked
 		}
-		if _, ok := slices.BinarySearch(ready, id); ok {
+		if slices.Contains(ready, id) {
 			if got != stateGone {
 				t.Fatalf("step %d: message %d both ready and unacked", step, id)
 			}
@@ -936,6 +1207,7 @@ func compare(t *testing.T, step int, m *Machine, md *model) {
 			t.Fatalf("step %d: message %d in state %d, want %d", step, id, got, want)
 		}
 	}
+	checkTimed(t, m, ready)
 	checkConsumers(t, m)
 }
 

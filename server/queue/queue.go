@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"sync"
+	"time"
 
 	"warren/storage"
 )
@@ -17,6 +18,10 @@ const (
 	flagStored uint8 = 1 << iota // persistent message of a durable queue, under storage.PrefixMessage
 	flagPaged                    // transient message paged out, under PrefixTransient
 )
+
+// metaSuffix marks, under storage.PrefixQueueState, the small side record that keeps a stored
+// message's deadline, priority and delivery count across restarts (keys only are scanned at boot).
+const metaSuffix = 'm'
 
 // DefaultPageWindow is how many ready messages a queue keeps with their bodies in memory; messages
 // enqueued beyond it keep only an index entry and are read back from disk when delivered.
@@ -34,6 +39,18 @@ type Consumer interface {
 	Deliver(q *Queue, d Delivery)
 }
 
+// Hooks are the server's side of a queue's lifecycle. They are called with no queue lock held, from
+// the dispatcher or from whichever goroutine caused the event; they must not wait for the queue's
+// dispatcher to stop (queue deletion has to happen elsewhere).
+type Hooks interface {
+	// DeadLetter receives messages that left the queue for a dead-lettering reason, bodies loaded.
+	DeadLetter(q *Queue, dead []Dead)
+	// ConsumerTimedOut reports a consumer holding an unacked message longer than its timeout.
+	ConsumerTimedOut(q *Queue, c Consumer)
+	// Expired reports a queue unused for longer than its x-expires.
+	Expired(q *Queue)
+}
+
 // Options describe a queue as declared.
 type Options struct {
 	Name       string
@@ -48,10 +65,19 @@ type Options struct {
 	// PageWindow overrides DefaultPageWindow.
 	PageWindow int
 	Logger     *slog.Logger
+	// Config is the lifecycle configuration; the zero value means DefaultConfig().
+	Config *Config
+	// Expires is x-expires in ms: the queue is reported Expired after that long unused (no
+	// consumers, no basic.get, no redeclaration); <= 0 = never.
+	Expires int64
+	// ConsumerTimeout is how long (ms) a consumer may hold an unacked message; <= 0 = never.
+	ConsumerTimeout int64
+	Hooks           Hooks
 }
 
 // Queue is a classic queue: the pure Machine behind a mutex, plus one dispatcher goroutine that hands
-// ready messages to consumers with room. Publishing runs on the publisher's goroutine.
+// ready messages to consumers with room and runs the timers (TTL, consumer timeout, x-expires).
+// Publishing runs on the publisher's goroutine.
 type Queue struct {
 	Options
 
@@ -62,7 +88,10 @@ type Queue struct {
 	exclusiveConsumer ConsumerID
 	hadConsumers      bool
 	closed            bool
+	lastUsed          int64 // Unix ms, for x-expires
+	expiredReported   bool
 	reserveFn         func(ConsumerID) bool
+	timeoutFn         func(ConsumerID) int64
 
 	kick chan struct{}
 	quit chan struct{}
@@ -75,15 +104,21 @@ type Queue struct {
 
 // New creates a queue and starts its dispatcher. Close stops it.
 func New(opts Options) *Queue {
+	cfg := DefaultConfig()
+	if opts.Config != nil {
+		cfg = *opts.Config
+	}
 	q := &Queue{
 		Options:   opts,
-		m:         NewMachine(),
+		m:         NewMachineConfig(cfg),
 		consumers: make(map[ConsumerID]Consumer),
 		kick:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
+		lastUsed:  nowMs(),
 	}
 	q.reserveFn = q.reserve
+	q.timeoutFn = func(ConsumerID) int64 { return q.ConsumerTimeout }
 	if q.PageWindow <= 0 {
 		q.PageWindow = DefaultPageWindow
 	}
@@ -94,6 +129,8 @@ func New(opts Options) *Queue {
 	return q
 }
 
+func nowMs() int64 { return time.Now().UnixMilli() }
+
 func (q *Queue) recordKey(flags uint8, id uint64) []byte {
 	if flags&flagStored != 0 {
 		return storage.MessageKey(q.ID, id)
@@ -101,39 +138,67 @@ func (q *Queue) recordKey(flags uint8, id uint64) []byte {
 	return binary.BigEndian.AppendUint64(storage.U64Key(PrefixTransient, q.ID), id)
 }
 
+func (q *Queue) metaKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(storage.QueueStateKey(q.ID, []byte{metaSuffix}), id)
+}
+
+// MetaPrefix is the prefix of a queue's per-message side records (see RestoreMeta).
+func MetaPrefix(queueID uint64) []byte { return storage.QueueStateKey(queueID, []byte{metaSuffix}) }
+
+// encodeMeta is the side record: deadline (Unix ms), priority, delivery count.
+func encodeMeta(deadline int64, priority uint8, count uint32) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(deadline))
+	b = append(b, priority)
+	return binary.BigEndian.AppendUint32(b, count)
+}
+
+// RestoredMeta is what a side record holds for a recovered message.
+type RestoredMeta struct {
+	Deadline int64
+	Priority uint8
+	Count    uint32
+}
+
+// ParseMeta decodes a side record's key and value.
+func ParseMeta(key, val []byte) (id uint64, meta RestoredMeta, ok bool) {
+	if len(key) < 8 || len(val) < 13 {
+		return 0, meta, false
+	}
+	id = binary.BigEndian.Uint64(key[len(key)-8:])
+	meta.Deadline = int64(binary.BigEndian.Uint64(val))
+	meta.Priority = val[8]
+	meta.Count = binary.BigEndian.Uint32(val[9:])
+	return id, meta, true
+}
+
 // Restore adds a message recovered from storage at boot (its body stays on disk until delivered).
-func (q *Queue) Restore(id uint64) {
+func (q *Queue) Restore(id uint64, meta RestoredMeta) {
 	q.mu.Lock()
-	q.m.Restore(id, nil, 0, flagStored, 0)
+	q.m.RestoreAt(id, nil, 0, flagStored, meta.Count, meta.Deadline, meta.Priority)
 	q.mu.Unlock()
 }
 
-// load fills in the body of a paged-out delivery.
-func (q *Queue) load(d *Delivery) bool {
-	if d.Msg != nil {
-		return true
-	}
+// load fills in the body of a paged-out message.
+func (q *Queue) load(id uint64, flags uint8) (*Message, uint32, bool) {
 	q.pmu.Lock()
-	m := q.pending[d.ID]
+	m := q.pending[id]
 	q.pmu.Unlock()
 	if m != nil {
-		d.Msg = m
-		return true
+		return m, 0, true
 	}
-	rec, err := q.DB.Get(q.recordKey(d.Flags, d.ID))
+	if q.DB == nil || flags == 0 {
+		return nil, 0, false
+	}
+	rec, err := q.DB.Get(q.recordKey(flags, id))
 	if err == nil {
 		var count uint32
 		m, count, err = decodeRecord(rec)
 		if err == nil {
-			d.Msg = m
-			if count > d.DeliveryCount {
-				d.DeliveryCount = count
-			}
-			return true
+			return m, count, true
 		}
 	}
-	q.Logger.Error("cannot read a stored message; dropping it", "queue", q.Name, "id", d.ID, "err", err)
-	return false
+	q.Logger.Error("cannot read a stored message; dropping it", "queue", q.Name, "id", id, "err", err)
+	return nil, 0, false
 }
 
 // forget deletes the stored records of messages that left the queue.
@@ -145,11 +210,44 @@ func (q *Queue) forget(ids []uint64, flags []uint8) {
 	for i, id := range ids {
 		if flags[i] != 0 {
 			b.Delete(q.recordKey(flags[i], id))
+			if flags[i]&flagStored != 0 {
+				b.Delete(q.metaKey(id))
+			}
 		}
 	}
 	if b.Len() > 0 {
 		q.DB.Commit(&b, nil)
 	}
+}
+
+// handleDead loads the bodies of dead messages, hands them to the dead-letter hook and then deletes
+// their records. The hook's republishing is submitted to storage first, so a crash in between can
+// duplicate a dead-lettered message but never lose it.
+func (q *Queue) handleDead(dead []Dead) {
+	if len(dead) == 0 {
+		return
+	}
+	live := dead[:0]
+	var ids []uint64
+	var flags []uint8
+	for _, d := range dead {
+		if d.Msg == nil {
+			m, _, ok := q.load(d.ID, d.Flags)
+			if !ok {
+				ids, flags = append(ids, d.ID), append(flags, d.Flags)
+				continue
+			}
+			d.Msg = m
+		}
+		live = append(live, d)
+		if d.ID != 0 {
+			ids, flags = append(ids, d.ID), append(flags, d.Flags)
+		}
+	}
+	if q.Hooks != nil && len(live) > 0 {
+		q.Hooks.DeadLetter(q, live)
+	}
+	q.forget(ids, flags)
 }
 
 // reserve runs under q.mu (called from Machine.Checkout).
@@ -171,28 +269,71 @@ func (q *Queue) Kick() {
 
 const checkoutBatch = 128
 
+// nextDeadline returns when the dispatcher must wake up by itself (q.mu held).
+func (q *Queue) nextDeadline() (int64, bool) {
+	d, ok := q.m.NextExpiry()
+	if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
+		if t, tok := q.m.NextTimeout(q.timeoutFn); tok && (!ok || t < d) {
+			d, ok = t, true
+		}
+	}
+	if q.Expires > 0 && len(q.consumers) == 0 && !q.expiredReported {
+		if t := q.lastUsed + q.Expires; !ok || t < d {
+			d, ok = t, true
+		}
+	}
+	return d, ok
+}
+
 func (q *Queue) dispatch() {
 	defer close(q.done)
 	var ds []Delivery
 	var targets []Consumer
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		q.mu.Lock()
+		deadline, timed := q.nextDeadline()
+		q.mu.Unlock()
+		var wake <-chan time.Time
+		if timed {
+			d := time.Until(time.UnixMilli(deadline))
+			if d < time.Millisecond {
+				d = time.Millisecond
+			}
+			timer.Reset(d)
+			wake = timer.C
+		}
 		select {
 		case <-q.quit:
 			return
 		case <-q.kick:
+		case <-wake:
+		}
+		if timed && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if !q.tick() {
+			return
 		}
 		for {
+			now := nowMs()
 			q.mu.Lock()
 			if q.closed {
 				q.mu.Unlock()
 				return
 			}
-			ds = q.m.Checkout(ds[:0], checkoutBatch, q.reserveFn)
+			var dead []Dead
+			ds, dead = q.m.CheckoutAt(ds[:0], checkoutBatch, q.reserveFn, now)
 			targets = targets[:0]
 			for i := range ds {
 				targets = append(targets, q.consumers[ds[i].Consumer])
 			}
 			q.mu.Unlock()
+			q.handleDead(dead)
 			if len(ds) == 0 {
 				break
 			}
@@ -204,18 +345,25 @@ func (q *Queue) dispatch() {
 					gone = append(gone, d.ID)
 					goneFlags = append(goneFlags, d.Flags)
 				}
-				if d.Msg == nil && !q.load(d) {
-					if !d.Settled {
-						q.mu.Lock()
-						_, fl, _ := q.m.DiscardEntry(d.ID)
-						q.mu.Unlock()
-						q.forget([]uint64{d.ID}, []uint8{fl})
+				if d.Msg == nil {
+					m, count, ok := q.load(d.ID, d.Flags)
+					if !ok {
+						if !d.Settled {
+							q.mu.Lock()
+							_, fl, _ := q.m.DiscardEntry(d.ID)
+							q.mu.Unlock()
+							q.forget([]uint64{d.ID}, []uint8{fl})
+						}
+						ds[i], targets[i] = Delivery{}, nil
+						continue
 					}
-				} else {
-					targets[i].Deliver(q, *d)
+					d.Msg = m
+					if count > d.DeliveryCount {
+						d.DeliveryCount = count
+					}
 				}
-				ds[i] = Delivery{}
-				targets[i] = nil
+				targets[i].Deliver(q, *d)
+				ds[i], targets[i] = Delivery{}, nil
 			}
 			if len(gone) > 0 {
 				q.forget(gone, goneFlags)
@@ -227,15 +375,62 @@ func (q *Queue) dispatch() {
 	}
 }
 
-// Publish enqueues a message. It returns false if the queue was deleted. When the message has to
-// be written to storage (persistent in a durable queue, or paged out of a long queue), the write is
-// submitted before the message becomes visible, so a later ack's delete can never overtake it; done
-// is then called once it is durable and Publish reports async=true. Otherwise done is not called.
-func (q *Queue) Publish(msg *Message, done func(error)) (ok, async bool) {
+// tick runs the timers: message expiry, consumer timeouts and x-expires. It reports false once the
+// queue is closed.
+func (q *Queue) tick() bool {
+	now := nowMs()
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return false, false
+		return false
+	}
+	dead := q.m.Expire(now)
+	var timedOut []Consumer
+	if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
+		for _, id := range q.m.TimedOut(now, q.timeoutFn) {
+			if c := q.consumers[id]; c != nil {
+				timedOut = append(timedOut, c)
+			}
+		}
+	}
+	expired := false
+	if q.Expires > 0 && len(q.consumers) == 0 && !q.expiredReported && now >= q.lastUsed+q.Expires {
+		q.expiredReported = true
+		expired = true
+	}
+	q.mu.Unlock()
+	q.handleDead(dead)
+	if q.Hooks != nil {
+		for _, c := range timedOut {
+			q.Hooks.ConsumerTimedOut(q, c)
+		}
+		if expired {
+			q.Hooks.Expired(q)
+		}
+	}
+	return true
+}
+
+// PublishStatus says what became of a published message.
+type PublishStatus uint8
+
+// Publish outcomes.
+const (
+	Accepted PublishStatus = iota // enqueued (or dead-lettered at once by its TTL)
+	Rejected                      // refused by x-overflow reject-publish(-dlx): nack the publisher
+	Gone                          // the queue was deleted
+)
+
+// Publish enqueues a message. When the message has to be written to storage (persistent in a
+// durable queue, or paged out of a long queue), the write is submitted before the message becomes
+// visible, so a later ack's delete can never overtake it; done is then called once it is durable and
+// async is true. Otherwise done is not called.
+func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, async bool) {
+	now := nowMs()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return Gone, false
 	}
 	var flags uint8
 	keep := msg
@@ -250,10 +445,23 @@ func (q *Queue) Publish(msg *Message, done func(error)) (ok, async bool) {
 			keep = nil
 		}
 	}
-	id := q.m.EnqueueEntry(keep, uint32(len(msg.Body)), flags)
+	id, accepted, dead := q.m.PublishEntry(keep, uint32(len(msg.Body)), flags, msg.Priority, msg.ExpiresAt, now)
+	if !accepted {
+		q.mu.Unlock()
+		for i := range dead {
+			dead[i].Msg = msg
+		}
+		q.handleDead(dead)
+		return Rejected, false
+	}
 	if flags != 0 {
 		var b storage.Batch
 		b.Set(q.recordKey(flags, id), encodeRecord(nil, msg, 0))
+		if flags&flagStored != 0 {
+			if deadline := q.m.DeadlineFor(msg.ExpiresAt, now); deadline != 0 || msg.Priority != 0 {
+				b.Set(q.metaKey(id), encodeMeta(deadline, msg.Priority, 0))
+			}
+		}
 		if keep == nil {
 			q.pmu.Lock()
 			if q.pending == nil {
@@ -274,15 +482,21 @@ func (q *Queue) Publish(msg *Message, done func(error)) (ok, async bool) {
 			}
 		})
 	}
-	wake := len(q.consumers) > 0
+	wake := len(q.consumers) > 0 || len(dead) > 0
 	q.mu.Unlock()
+	for i := range dead {
+		if dead[i].ID == id && dead[i].Msg == nil {
+			dead[i].Msg = msg
+		}
+	}
+	q.handleDead(dead)
 	if wake {
 		q.Kick()
 	}
-	return true, flags != 0
+	return Accepted, flags != 0
 }
 
-// ErrExclusiveUse reports a consume refused because of an exclusive consumer.
+// consumeError is the error type of AddConsumer's refusals.
 type consumeError string
 
 func (e consumeError) Error() string { return string(e) }
@@ -324,6 +538,7 @@ func (q *Queue) AddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdd
 // should now be auto-deleted (auto-delete queue that had consumers and has none left).
 func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
 	q.mu.Lock()
+	defer q.Kick()
 	defer q.mu.Unlock()
 	if _, ok := q.consumers[id]; !ok {
 		return false
@@ -333,7 +548,18 @@ func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
 	if q.exclusiveConsumer == id {
 		q.exclusiveConsumer = 0
 	}
+	if len(q.consumers) == 0 {
+		q.lastUsed = nowMs()
+	}
 	return !q.closed && q.AutoDelete && q.hadConsumers && len(q.consumers) == 0
+}
+
+// Touch marks the queue as used now (a redeclaration or basic.get), for x-expires.
+func (q *Queue) Touch() {
+	q.mu.Lock()
+	q.lastUsed = nowMs()
+	q.mu.Unlock()
+	q.Kick()
 }
 
 // Settle acknowledges messages.
@@ -349,47 +575,77 @@ func (q *Queue) Settle(ids []uint64) {
 	q.Kick()
 }
 
-// Return requeues messages at their original positions.
+// Return requeues messages at their original positions; those over the delivery limit are
+// dead-lettered instead. A persistent message's new delivery count is stored, so the limit holds
+// across restarts.
 func (q *Queue) Return(ids []uint64) {
+	var dead []Dead
+	var b storage.Batch
 	q.mu.Lock()
 	for _, id := range ids {
-		q.m.Return(id)
+		info, had := q.m.UnackedInfo(id)
+		d, ok := q.m.ReturnAt(id)
+		if !ok {
+			continue
+		}
+		if d != nil {
+			dead = append(dead, *d)
+		} else if had && info.Flags&flagStored != 0 {
+			b.Set(q.metaKey(id), encodeMeta(info.ExpiresAt, info.Priority, info.DeliveryCount+1))
+		}
+	}
+	dead = append(dead, q.m.Trim()...)
+	if b.Len() > 0 {
+		q.DB.Commit(&b, nil)
 	}
 	q.mu.Unlock()
+	q.handleDead(dead)
 	q.Kick()
 }
 
-// Discard drops messages that were rejected without requeue.
+// Discard drops messages that were rejected without requeue (dead-lettering them).
 func (q *Queue) Discard(ids []uint64) {
-	var flags []uint8
+	var dead []Dead
 	q.mu.Lock()
 	for _, id := range ids {
-		_, fl, _ := q.m.DiscardEntry(id)
-		flags = append(flags, fl)
+		if d, ok := q.m.DiscardDead(id); ok {
+			dead = append(dead, d)
+		}
 	}
 	q.mu.Unlock()
-	q.forget(ids, flags)
+	q.handleDead(dead)
 	q.Kick()
 }
 
 // Get implements basic.get. It returns the delivery, the number of messages still ready, and ok.
 func (q *Queue) Get(noAck bool) (Delivery, int, bool) {
 	for {
+		now := nowMs()
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
 			return Delivery{}, 0, false
 		}
-		d, ok := q.m.Get(noAck)
+		q.lastUsed = now
+		d, ok, dead := q.m.GetAt(noAck, now)
 		ready := q.m.Ready()
 		q.mu.Unlock()
+		q.handleDead(dead)
 		if !ok {
 			return d, ready, false
 		}
+		loaded := d.Msg != nil
+		if !loaded {
+			var count uint32
+			if d.Msg, count, loaded = q.load(d.ID, d.Flags); loaded && count > d.DeliveryCount {
+				d.DeliveryCount = count
+			}
+		}
 		if d.Settled && d.Flags != 0 {
+			// Taken without ack: its record goes, after the body was read.
 			q.forget([]uint64{d.ID}, []uint8{d.Flags})
 		}
-		if q.load(&d) {
+		if loaded {
 			return d, ready, true
 		}
 		if !d.Settled {
@@ -454,11 +710,10 @@ func (q *Queue) Drop() {
 	if q.DB == nil {
 		return
 	}
-	if _, err := q.DB.DeleteRange(storage.MessagePrefix(q.ID)); err != nil {
-		q.Logger.Error("cannot delete the messages of a deleted queue", "queue", q.Name, "err", err)
-	}
-	if _, err := q.DB.DeleteRange(storage.U64Key(PrefixTransient, q.ID)); err != nil {
-		q.Logger.Error("cannot delete the pages of a deleted queue", "queue", q.Name, "err", err)
+	for _, p := range [][]byte{storage.MessagePrefix(q.ID), storage.U64Key(PrefixTransient, q.ID), MetaPrefix(q.ID)} {
+		if _, err := q.DB.DeleteRange(p); err != nil {
+			q.Logger.Error("cannot delete the records of a deleted queue", "queue", q.Name, "err", err)
+		}
 	}
 }
 
