@@ -43,11 +43,11 @@ const (
 	formatFileName = "FORMAT"
 	formatPrefix   = "warren-storage "
 
-	defaultValueThreshold   = 512
-	defaultMemTableSize     = 16 << 20
-	defaultNumMemtables     = 2
-	defaultBlockCacheSize   = 16 << 20
-	defaultIndexCacheSize   = 16 << 20
+	defaultValueThreshold = 512
+	defaultMemTableSize   = 16 << 20
+	defaultNumMemtables   = 2
+	defaultBlockCacheSize = 16 << 20
+	defaultIndexCacheSize = 16 << 20
 	// defaultValueLogFileSize is small because value-log GC reads a whole file through its mapping:
 	// 64 MiB bounds the resident set a rewrite can add before the trimmer drops it.
 	defaultValueLogFileSize = 64 << 20
