@@ -95,7 +95,8 @@ type consumer struct {
 	ch        *channel
 	tag       string
 	id        queue.ConsumerID
-	entry     *queueEntry // nil for the direct reply-to consumer
+	entry     *queueEntry     // nil for the direct reply-to consumer
+	stream    *streamConsumer // set for a stream consumer
 	noAck     bool
 	cancelled bool // guarded by ch.mu
 }
@@ -142,6 +143,10 @@ func (ch *channel) release() {
 
 // detach removes a consumer from its queue (auto-deleting the queue if that was its last consumer).
 func (ch *channel) detach(cs *consumer) {
+	if cs.stream != nil {
+		cs.stream.detach()
+		return
+	}
 	if cs.entry == nil {
 		if ch.replyKey != "" {
 			ch.c.s.unregisterReplyTo(ch.replyKey)
@@ -157,6 +162,10 @@ func (ch *channel) detach(cs *consumer) {
 // returnEntries hands settled-or-not deliveries back to their queues: requeue or discard.
 func returnEntries(entries []unackedEntry, requeue bool) {
 	for i := 0; i < len(entries); {
+		if entries[i].q == nil {
+			i++ // a stream delivery: nothing goes back
+			continue
+		}
 		q := entries[i].q
 		j := i
 		ids := make([]uint64, 0, 8)
@@ -274,8 +283,9 @@ type unackedEntry struct {
 	tag    uint64
 	q      *queue.Queue
 	id     uint64
-	cons   *consumer // nil for basic.get
-	global bool      // counted against the channel's global prefetch
+	cons   *consumer       // nil for basic.get
+	sc     *streamConsumer // stream delivery: id is the offset
+	global bool            // counted against the channel's global prefetch
 	done   bool
 }
 

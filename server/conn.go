@@ -724,7 +724,7 @@ func (c *conn) deleteQueue(e *queueEntry) int {
 	}
 	if e.owner != nil {
 		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
-	} else if e.q.Durable {
+	} else if e.durable {
 		if err := c.vhost.syncMeta(); err != nil {
 			c.log.Error("cannot store metadata", "err", err)
 		}

@@ -53,7 +53,10 @@ func deadLetterMessage(msg *queue.Message, queueName string, reason queue.Reason
 	}
 	count, _ := amqp.AsInt64(entry["count"])
 	entry["count"] = count + 1
-	entry["time"] = now.Truncate(time.Second).UTC()
+	if _, ok := entry["time"]; !ok {
+		// RabbitMQ keeps the time of the first death in a collapsed entry.
+		entry["time"] = now.Truncate(time.Second).UTC()
+	}
 	// The newest death comes first.
 	headers["x-death"] = append([]any{entry}, rest...)
 	if _, ok := headers["x-first-death-queue"]; !ok {
@@ -112,4 +115,24 @@ func deadLetterCycle(props []byte, target string, reason queue.Reason) bool {
 		}
 	}
 	return seen
+}
+
+// withoutHeader returns raw properties without one header.
+func withoutHeader(raw []byte, name string) []byte {
+	props, err := amqp.DecodeProperties(raw)
+	if err != nil {
+		return raw
+	}
+	if _, ok := props.Headers[name]; !ok {
+		return raw
+	}
+	h := amqp.Table{}
+	for k, v := range props.Headers {
+		if k != name {
+			h[k] = v
+		}
+	}
+	props.Headers = h
+	props.Flags = 0
+	return props.Append(nil)
 }

@@ -74,8 +74,10 @@ func (h *queueHooks) DeadLetter(q *queue.Queue, dead []queue.Dead) {
 			continue
 		}
 		msg, keys := deadLetterMessage(d.Msg, q.Name, d.Reason, now)
+		keys = append(keys, d.Msg.BCC...) // routed with, but not recorded in x-death
 		if st.hasDLRK {
 			keys = []string{st.dlrk}
+			msg.Props = withoutHeader(msg.Props, "CC") // as RabbitMQ: the CC keys no longer apply
 		}
 		msg.Exchange = st.dlx
 		msg.RoutingKey = keys[0]
@@ -85,11 +87,11 @@ func (h *queueHooks) DeadLetter(q *queue.Queue, dead []queue.Dead) {
 		}
 		targets, _, _ := h.v.route(nil, nil, st.dlx, keys[0], keys[1:], headers)
 		for _, t := range targets {
-			if deadLetterCycle(msg.Props, t.q.Name, d.Reason) {
-				h.s.log.Debug("dead-letter cycle: message dropped", "queue", q.Name, "target", t.q.Name)
+			if deadLetterCycle(msg.Props, t.name, d.Reason) {
+				h.s.log.Debug("dead-letter cycle: message dropped", "queue", q.Name, "target", t.name)
 				continue
 			}
-			t.q.Publish(msg, nil)
+			t.publish(msg, filterValue(headers), nil)
 		}
 	}
 }
@@ -129,7 +131,7 @@ func (s *Server) runJanitor() {
 			if e.owner != nil {
 				// Exclusive queues belong to their connection's goroutine; x-expires on them is rare:
 				// deleting here is still safe because the owner only reads its map on close.
-				s.log.Debug("exclusive queue expired", "queue", e.q.Name)
+				s.log.Debug("exclusive queue expired", "queue", e.name)
 			}
 			consumers, _ := e.v.deleteQueue(e)
 			for _, cons := range consumers {
@@ -140,7 +142,7 @@ func (s *Server) runJanitor() {
 			if err := e.v.syncMeta(); err != nil {
 				s.log.Error("cannot store metadata", "err", err)
 			}
-			s.log.Info("queue deleted", "queue", e.q.Name, "reason", "expired or auto-delete")
+			s.log.Info("queue deleted", "queue", e.name, "reason", "expired or auto-delete")
 		case <-s.janitorQuit:
 			return
 		}

@@ -66,13 +66,13 @@ func (v *vhost) desiredMeta() map[string][]byte {
 	v.mu.RLock()
 	durableQ := make(map[string]bool, len(v.queues))
 	for name, e := range v.queues {
-		d := e.q.Durable && e.owner == nil
+		d := e.durable && e.owner == nil
 		durableQ[name] = d
 		if !d {
 			continue
 		}
 		want[string(storage.MetaKey(metaQueue, name))] = mustTable(amqp.Table{
-			"id": int64(e.q.ID), "auto_delete": e.q.AutoDelete, "arguments": e.args,
+			"id": int64(e.id), "auto_delete": e.autoDel, "arguments": e.args,
 		})
 	}
 	v.mu.RUnlock()
@@ -175,7 +175,16 @@ func (v *vhost) recover(s *Server) error {
 			st, _ = parseQueueArgs(qr.name, v.name, nil)
 		}
 		opts, hooks := s.newQueueOptions(v, qr.name, true, false, ad, st, uint64(id))
-		e := &queueEntry{args: args, v: v, settings: st, hooks: hooks, q: queue.New(opts)}
+		e := &queueEntry{args: args, v: v, settings: st, hooks: hooks, name: qr.name, durable: true, autoDel: ad, id: uint64(id)}
+		if st.stream {
+			sq, err := s.openStream(v, qr.name, uint64(id), st)
+			if err != nil {
+				return fmt.Errorf("open stream %s: %w", qr.name, err)
+			}
+			e.stream = sq
+		} else {
+			e.q = queue.New(opts)
+		}
 		hooks.e.Store(e)
 		v.queues[qr.name] = e
 		byID[uint64(id)] = e
@@ -223,7 +232,7 @@ func (v *vhost) recover(s *Server) error {
 		if !ok {
 			return nil
 		}
-		if e := byID[qid]; e != nil {
+		if e := byID[qid]; e != nil && e.q != nil {
 			e.q.Restore(mid, metas[qid][mid])
 			total++
 		} else {

@@ -114,6 +114,9 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		if err != nil {
 			return err
 		}
+		if e.stream != nil {
+			return amqp.Errorf(amqp.NotImplemented, "queue.purge not supported by stream queues queue '%s' in vhost '%s'", e.name, c.vhost.name)
+		}
 		n := e.q.Purge()
 		return ch.reply(m.NoWait, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
 	case *amqp.QueueDelete:
@@ -263,7 +266,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return ch.lockedError(name)
 		}
-		e.q.Touch()
+		if e.q != nil {
+			e.q.Touch()
+		}
 		if !m.Passive {
 			if err := checkQueueEquivalence(e, m, v.name); err != nil {
 				v.mu.Unlock()
@@ -280,12 +285,27 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			return ch.queueNotFound(name)
 		}
 		settings, err := parseQueueArgs(name, v.name, m.Arguments)
+		if err == nil && settings.stream {
+			err = checkStreamDeclare(m, name, v.name)
+		}
 		if err != nil {
 			v.mu.Unlock()
 			return err
 		}
-		opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, c.s.nextQueueID.Add(1))
-		e = &queueEntry{q: queue.New(opts), args: m.Arguments, v: v, settings: settings, hooks: hooks}
+		id := c.s.nextQueueID.Add(1)
+		opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, id)
+		e = &queueEntry{args: m.Arguments, v: v, settings: settings, hooks: hooks,
+			name: name, durable: m.Durable, autoDel: m.AutoDelete, id: id}
+		if settings.stream {
+			sq, serr := c.s.openStream(v, name, id, settings)
+			if serr != nil {
+				v.mu.Unlock()
+				return amqp.Errorf(amqp.InternalError, "cannot create stream '%s': %v", name, serr)
+			}
+			e.stream = sq
+		} else {
+			e.q = queue.New(opts)
+		}
 		hooks.e.Store(e)
 		if m.Exclusive {
 			e.owner = c
@@ -303,7 +323,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if m.NoWait {
 		return nil
 	}
-	ready, consumers := e.q.Counts()
+	ready, consumers := e.counts()
 	c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
 	return nil
 }
@@ -348,7 +368,7 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 	if err != nil {
 		return err
 	}
-	if e.q.Durable && e.owner == nil {
+	if e.durable && e.owner == nil {
 		if err := ch.syncMeta(); err != nil {
 			return err
 		}
@@ -373,7 +393,10 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	if e.owner != nil && e.owner != c {
 		return ch.lockedError(name)
 	}
-	ready, consumers := e.q.Counts()
+	ready, consumers := e.counts()
+	if e.stream != nil {
+		consumers = e.stream.consumerCount()
+	}
 	if m.IfUnused && consumers > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", name, c.vhost.name)
 	}
@@ -405,6 +428,9 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	e, err := ch.useQueue(m.Queue)
 	if err != nil {
 		return err
+	}
+	if e.stream != nil {
+		return ch.consumeStream(m, e, tag)
 	}
 	priority := int32(0)
 	if v, ok := m.Arguments["x-priority"]; ok {
@@ -481,7 +507,7 @@ func (ch *channel) kickConsumers() {
 	ch.mu.Lock()
 	qs := make([]*queue.Queue, 0, len(ch.consumers))
 	for _, cs := range ch.consumers {
-		if cs.entry != nil {
+		if cs.entry != nil && cs.entry.q != nil {
 			qs = append(qs, cs.entry.q)
 		}
 	}
@@ -495,6 +521,9 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	e, err := ch.useQueue(m.Queue)
 	if err != nil {
 		return err
+	}
+	if e.stream != nil {
+		return amqp.Errorf(amqp.NotImplemented, "basic.get not supported by stream queues queue '%s' in vhost '%s'", e.name, ch.c.vhost.name)
 	}
 	d, remaining, ok := e.q.Get(m.NoAck)
 	if !ok {
@@ -597,6 +626,11 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 	}
 	ch.mu.Unlock()
 	ch.releaseGlobal(entries)
+	if entries, err := ch.settleStream(entries, a.kind); err != nil {
+		return err
+	} else if len(entries) == 0 {
+		return nil
+	}
 	switch {
 	case a.kind == 80:
 		for i := 0; i < len(entries); {
@@ -890,6 +924,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, cg *confirmGroup) *
 	}
 	var headers amqp.Table
 	var extra []string
+	var fv string
 	if len(msg.Props) >= 2 && msg.Props[0]&(byte(amqp.FlagHeaders>>8)|byte(amqp.FlagReplyTo>>8)) != 0 {
 		props, err := amqp.DecodeProperties(msg.Props)
 		if err != nil {
@@ -904,9 +939,12 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, cg *confirmGroup) *
 			changed = true
 		}
 		headers = props.Headers
+		fv = filterValue(headers)
 		extra = appendKeys(extra, headers["CC"])
 		if bcc, ok := headers["BCC"]; ok {
+			n := len(extra)
 			extra = appendKeys(extra, bcc)
+			msg.BCC = append([]string(nil), extra[n:]...)
 			delete(headers, "BCC")
 			changed = true
 		}
@@ -941,7 +979,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, cg *confirmGroup) *
 		if cg != nil {
 			cg.remaining.Add(1)
 		}
-		status, async := e.q.Publish(msg, done)
+		status, async := e.publish(msg, fv, done)
 		if cg != nil && !async {
 			cg.remaining.Add(-1)
 		}

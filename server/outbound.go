@@ -31,8 +31,9 @@ type outbound struct {
 	closing  bool // no new frames; writer exits once flushed
 	failed   bool
 	blocked  map[*queue.Queue]struct{}
-	pending  atomic.Int64 // len(buf) plus the bytes being written
-	lastSend atomic.Int64 // unix nanos of the last write, for heartbeats
+	waiters  []chan struct{} // closed once the buffer drains below lowWater
+	pending  atomic.Int64    // len(buf) plus the bytes being written
+	lastSend atomic.Int64    // unix nanos of the last write, for heartbeats
 
 	kick chan struct{}
 	done chan struct{}
@@ -113,6 +114,20 @@ func (o *outbound) block(q *queue.Queue) {
 	o.mu.Unlock()
 }
 
+// drained returns a channel closed once the pending output is below the low-water mark.
+func (o *outbound) drained() <-chan struct{} {
+	c := make(chan struct{})
+	o.mu.Lock()
+	if len(o.buf) < lowWater || o.failed || o.closing {
+		o.mu.Unlock()
+		close(c)
+		return c
+	}
+	o.waiters = append(o.waiters, c)
+	o.mu.Unlock()
+	return c
+}
+
 // finish stops accepting frames; the writer exits after flushing what is buffered.
 func (o *outbound) finish() {
 	o.mu.Lock()
@@ -167,11 +182,15 @@ func (o *outbound) run(heartbeat time.Duration) {
 			}
 			o.pending.Store(int64(len(o.buf)))
 			var wake []*queue.Queue
-			if len(o.blocked) > 0 && len(o.buf) < lowWater {
+			if len(o.buf) < lowWater || err != nil {
 				for q := range o.blocked {
 					wake = append(wake, q)
 				}
 				clear(o.blocked)
+				for _, w := range o.waiters {
+					close(w)
+				}
+				o.waiters = o.waiters[:0]
 			}
 			if err != nil {
 				o.failed = true

@@ -2,9 +2,11 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"warren/amqp"
+	"warren/stream"
 )
 
 // equivalenceArgs are the queue arguments RabbitMQ compares when a queue is redeclared; others are
@@ -141,6 +143,10 @@ type queueSettings struct {
 	singleActive    bool
 	deliveryLimit   int64 // -1 none
 	consumerTimeout int64 // ms; -1 = the server default
+
+	stream          bool // x-queue-type=stream
+	maxAge          time.Duration
+	maxSegmentBytes int64
 }
 
 // parseQueueArgs validates a new queue's arguments with RabbitMQ's texts and returns its settings.
@@ -189,11 +195,17 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	if n, ok, err = integer("x-message-ttl", true); err != nil {
 		return st, err
 	} else if ok {
+		if n > maxTTL {
+			return st, invalid("x-message-ttl", "{value_too_large,%d}", n)
+		}
 		st.messageTTL = n
 	}
 	if n, ok, err = integer("x-expires", false); err != nil {
 		return st, err
 	} else if ok {
+		if n > maxTTL {
+			return st, invalid("x-expires", "{value_too_large,%d}", n)
+		}
 		st.expires = n
 	}
 	if n, ok, err = integer("x-max-length", true); err != nil {
@@ -249,8 +261,15 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	if st.dlx, st.hasDLX, err = str("x-dead-letter-exchange"); err != nil {
 		return st, err
 	}
-	if st.dlrk, st.hasDLRK, err = str("x-dead-letter-routing-key"); err != nil {
-		return st, err
+	if v, present := args["x-dead-letter-routing-key"]; present {
+		switch v := v.(type) {
+		case string:
+			st.dlrk, st.hasDLRK = v, true
+		case []byte:
+			st.dlrk, st.hasDLRK = string(v), true
+		default:
+			return st, invalid("x-dead-letter-routing-key", "{unacceptable_type,%s}", fieldTypeName(v))
+		}
 	}
 	if st.hasDLRK && !st.hasDLX {
 		return st, invalid("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
@@ -262,14 +281,59 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		}
 		switch t {
 		case "classic":
-		case "quorum", "stream":
+		case "stream":
+			st.stream = true
+		case "quorum":
 			return st, invalid("x-queue-type", "queue type '%s' is not supported by this Warren version", t)
 		default:
 			return st, invalid("x-queue-type", "\"unsupported queue type '%s'\"", t)
 		}
 	}
+	if st.stream {
+		for _, k := range [...]string{"x-message-ttl", "x-expires", "x-max-length", "x-dead-letter-exchange",
+			"x-dead-letter-routing-key", "x-max-priority", "x-overflow", "x-delivery-limit", "x-single-active-consumer"} {
+			if _, present := args[k]; present {
+				return st, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s' of queue type rabbit_stream_queue",
+					k, name, vhost)
+			}
+		}
+		if v, present := args["x-max-age"]; present {
+			s, _ := v.(string)
+			if b, isBytes := v.([]byte); isBytes {
+				s = string(b)
+			}
+			d, perr := stream.ParseMaxAge(s)
+			if perr != nil {
+				return st, invalid("x-max-age", "invalid_max_age")
+			}
+			st.maxAge = d
+		}
+		if n, ok, err = integer("x-stream-max-segment-size-bytes", false); err != nil {
+			return st, err
+		} else if ok {
+			st.maxSegmentBytes = n
+		}
+	}
 	return st, nil
 }
+
+// checkStreamDeclare refuses what streams cannot be, with RabbitMQ's texts.
+func checkStreamDeclare(m *amqp.QueueDeclare, name, vhost string) *amqp.Error {
+	switch {
+	case m.Queue == "":
+		return amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_stream_queue")
+	case !m.Durable:
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for queue '%s' in vhost '%s'", name, vhost)
+	case m.Exclusive:
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for queue '%s' in vhost '%s'", name, vhost)
+	case m.AutoDelete:
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for queue '%s' in vhost '%s'", name, vhost)
+	}
+	return nil
+}
+
+// maxTTL is RabbitMQ's largest TTL or expiry: ten years in milliseconds.
+const maxTTL = 315360000000
 
 // parseExpiration reads a per-message expiration property (milliseconds as a decimal string), with
 // RabbitMQ's texts for bad values.
@@ -279,22 +343,30 @@ func parseExpiration(s string) (int64, *amqp.Error) {
 	}
 	i := 0
 	neg := false
-	if s[0] == '-' {
-		neg, i = true, 1
+	if s[0] == '-' || s[0] == '+' {
+		neg, i = s[0] == '-', 1
 	}
 	start := i
 	var n int64
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' && n < 1<<40 {
-		n = n*10 + int64(s[i]-'0')
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		if n <= maxTTL {
+			n = n*10 + int64(s[i]-'0')
+		}
 		i++
+	}
+	digits := strings.TrimLeft(s[start:i], "0")
+	if digits == "" {
+		digits = "0"
 	}
 	switch {
 	case i == start:
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': no_integer", s)
 	case i < len(s):
 		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {leftover_string,\"%s\"}", s, s[i:])
-	case neg:
-		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_negative,-%d}", s, n)
+	case neg && n != 0:
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_negative,-%s}", s, digits)
+	case n > maxTTL:
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_too_large,%s}", s, digits)
 	}
 	return n, nil
 }

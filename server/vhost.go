@@ -26,7 +26,12 @@ type vhost struct {
 
 // queueEntry is a declared queue plus what the server needs to know about it.
 type queueEntry struct {
-	q        *queue.Queue
+	q        *queue.Queue // classic queue; nil for a stream
+	stream   *streamQueue // stream queue; nil for a classic queue
+	name     string
+	durable  bool
+	autoDel  bool
+	id       uint64
 	args     amqp.Table
 	owner    *conn // exclusive owner; nil if not exclusive
 	v        *vhost
@@ -73,14 +78,34 @@ func (v *vhost) lookupQueue(name string) *queueEntry {
 // deleteQueue removes a queue and its bindings, returning its consumers so their channels can be told.
 func (v *vhost) deleteQueue(e *queueEntry) (map[queue.ConsumerID]queue.Consumer, int) {
 	v.mu.Lock()
-	if cur := v.queues[e.q.Name]; cur == e {
-		delete(v.queues, e.q.Name)
-		v.exchanges.RemoveQueue(e.q.Name)
+	if cur := v.queues[e.name]; cur == e {
+		delete(v.queues, e.name)
+		v.exchanges.RemoveQueue(e.name)
 	}
 	v.mu.Unlock()
+	if e.stream != nil {
+		e.stream.delete()
+		return nil, 0
+	}
 	consumers, n := e.q.Close()
 	e.q.Drop()
 	return consumers, n
+}
+
+// publish hands a routed message to the queue, whatever its type.
+func (e *queueEntry) publish(msg *queue.Message, filterValue string, done func(error)) (queue.PublishStatus, bool) {
+	if e.stream != nil {
+		return e.stream.publish(msg, filterValue, done)
+	}
+	return e.q.Publish(msg, done)
+}
+
+// counts returns ready messages and consumers (streams report 0 and 0, as RabbitMQ).
+func (e *queueEntry) counts() (int, int) {
+	if e.stream != nil {
+		return 0, 0
+	}
+	return e.q.Counts()
 }
 
 // close stops every queue's dispatcher (broker shutdown).
@@ -93,6 +118,10 @@ func (v *vhost) close() {
 	v.queues = map[string]*queueEntry{}
 	v.mu.Unlock()
 	for _, e := range qs {
+		if e.stream != nil {
+			e.stream.close()
+			continue
+		}
 		e.q.Close()
 	}
 }

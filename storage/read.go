@@ -23,7 +23,7 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 			return err
 		}
 		val, err = item.ValueCopy(nil)
-		if err == nil && int64(len(val)) != item.ValueSize() {
+		if err == nil && valueDamaged(len(val), item.ValueSize()) {
 			// badger logs and swallows value-log read errors, returning an empty value.
 			return fmt.Errorf("%w: the value of key %x (%d bytes) cannot be read", ErrCorrupt, key, item.ValueSize())
 		}
@@ -69,7 +69,7 @@ func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error
 				fnErr = fn(item.Key(), nil)
 			} else {
 				verr := item.Value(func(v []byte) error {
-					if int64(len(v)) != item.ValueSize() {
+					if valueDamaged(len(v), item.ValueSize()) {
 						d.log.Error("skipping a record whose value cannot be read (damaged value log)",
 							"key", fmt.Sprintf("%x", item.Key()), "size", item.ValueSize())
 						return nil
@@ -177,4 +177,16 @@ func (d *DB) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// valueDamaged reports a value badger could not read: it logs value-log read errors and hands back an
+// empty value. ValueSize is only an estimate for values in the value log (it assumes a 6-byte entry
+// header, large values have 7 or more), so only a difference bigger than the header can explain
+// means damage.
+func valueDamaged(got int, size int64) bool {
+	if got == 0 && size > 0 {
+		return true
+	}
+	d := int64(got) - size
+	return d > 8 || d < -8
 }

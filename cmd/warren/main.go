@@ -3,6 +3,7 @@
 //	warren serve [--amqp-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
 //	warren version
 //	warren perf [run|bench] [flags]
+//	warren dlq redrive --uri URI --queue DLQ [--to QUEUE] [--limit N] [--dry-run]
 //
 // Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
 // WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
@@ -20,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
 )
@@ -118,6 +120,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				},
 			},
 			perf.Command(),
+			dlq.Command(),
 		},
 	}
 }

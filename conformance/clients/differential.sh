@@ -64,7 +64,7 @@ go_results "$DIFF_DIR/ref/amqp091-integration.log" amqp091 >"$DIFF_DIR/ref/amqp0
 
 echo "-- client suites"
 WARREN_URL=$REF RESULTS_DIR=$DIFF_DIR/ref "$ROOT/conformance/clients/run.sh" 2>&1 |
-  grep -E '^[a-z0-9-]+: [0-9]+ passed|^== [a-z0-9-]+: (SKIPPED|FAILED)'
+  grep -E '^clients: [0-9]+ passed|^== [a-z0-9-]+: (SKIPPED|FAILED)'
 
 # Compare. Each side: all result files, one "OUTCOME name" per test.
 cat "$DIFF_DIR"/warren/*.results | sort -u -k2 >"$DIFF_DIR/warren.all"

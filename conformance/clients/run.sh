@@ -17,6 +17,9 @@
 # Environment: WARREN_BIN (default bin/warren), WARREN_URL, RESULTS_DIR (default bin/clients),
 # PYTHON (default /usr/bin/python3: Debian's python3-* packages belong to it),
 # CLIENT_SUITE_TIMEOUT (seconds per suite, default 300).
+
+# The check_* and run_* functions below are called indirectly, by suite name.
+# shellcheck disable=SC2317
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,6 +37,7 @@ RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/warren-clients.XXXXXX")
 # The run_<suite> functions run in a child bash (under timeout) and read these.
 export ROOT DIR PYTHON work
+export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the work tree
 warren_pid=""
 warren_log=""
 
@@ -115,10 +119,17 @@ run_php-amqplib() {
   rm -f "$junit"
   (cd "$DIR/php" && phpunit --log-junit "$junit") || st=$?
   if [[ -f $junit ]]; then php "$DIR/php/junit2results.php" php-amqplib "$junit" >>"$1"; fi
-  return $st
+  return "$st"
 }
 
 count() { grep -c "^$1 " "$2" 2>/dev/null || true; }
+
+for suite in "${suites[@]}"; do
+  if ! declare -F "run_$suite" >/dev/null; then
+    echo "clients: unknown suite '$suite' (known: ${ALL_SUITES[*]})" >&2
+    exit 2
+  fi
+done
 
 status=0
 summary=()
@@ -136,10 +147,6 @@ else
 fi
 
 for suite in "${suites[@]}"; do
-  if ! declare -F "run_$suite" >/dev/null; then
-    echo "clients: unknown suite '$suite' (known: ${ALL_SUITES[*]})" >&2
-    exit 2
-  fi
   results=$RESULTS_DIR/$suite.results
   log=$RESULTS_DIR/$suite.log
   rm -f "$results" "$log"

@@ -13,7 +13,10 @@ type Message struct {
 	Body                 []byte
 	Persistent           bool  // delivery-mode 2
 	Priority             uint8 // basic property priority; a priority above Config.MaxPriority counts as MaxPriority
-	ExpiresAt            int64 // absolute expiry from the per-message expiration property, Unix ms; 0 = none
+	// BCC holds the BCC routing keys, removed from the headers before delivery but still used when
+	// the message is dead-lettered with its original keys (as RabbitMQ). Not stored on disk.
+	BCC       []string
+	ExpiresAt int64 // absolute expiry from the per-message expiration property, Unix ms; 0 = none
 }
 
 // ConsumerID identifies a consumer within one queue. 0 is reserved for basic.get and must not be

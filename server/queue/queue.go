@@ -23,6 +23,17 @@ const (
 // message's deadline, priority and delivery count across restarts (keys only are scanned at boot).
 const metaSuffix = 'm'
 
+// Flow control between publishers and a queue's consumers: while a queue with consumers has more
+// than flowHigh ready messages, each publish to it waits (at most flowMaxWait) until the consumers
+// have brought it under flowLow. Like RabbitMQ's credit flow, this keeps a fast publisher from
+// starving the consumers of CPU and from growing the queue without bound; with no consumers the
+// queue simply grows (and pages to disk).
+const (
+	flowHigh    = 8192
+	flowLow     = 4096
+	flowMaxWait = 50 * time.Millisecond
+)
+
 // DefaultPageWindow is how many ready messages a queue keeps with their bodies in memory; messages
 // enqueued beyond it keep only an index entry and are read back from disk when delivered.
 const DefaultPageWindow = 1024
@@ -92,6 +103,7 @@ type Queue struct {
 	expiredReported   bool
 	reserveFn         func(ConsumerID) bool
 	timeoutFn         func(ConsumerID) int64
+	flow              chan struct{} // closed when the queue drains under flowLow; nil when not throttling
 
 	kick chan struct{}
 	quit chan struct{}
@@ -176,6 +188,9 @@ func (q *Queue) Restore(id uint64, meta RestoredMeta) {
 	q.mu.Lock()
 	q.m.RestoreAt(id, nil, 0, flagStored, meta.Count, meta.Deadline, meta.Priority)
 	q.mu.Unlock()
+	if meta.Deadline != 0 {
+		q.Kick() // the dispatcher's timer must learn about the deadline
+	}
 }
 
 // load fills in the body of a paged-out message.
@@ -328,6 +343,7 @@ func (q *Queue) dispatch() {
 			}
 			var dead []Dead
 			ds, dead = q.m.CheckoutAt(ds[:0], checkoutBatch, q.reserveFn, now)
+			q.releaseFlow()
 			targets = targets[:0]
 			for i := range ds {
 				targets = append(targets, q.consumers[ds[i].Consumer])
@@ -482,7 +498,15 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 			}
 		})
 	}
-	wake := len(q.consumers) > 0 || len(dead) > 0
+	// A message with a deadline may need the dispatcher's timer even with no consumer around.
+	wake := len(q.consumers) > 0 || len(dead) > 0 || msg.ExpiresAt != 0 || q.m.cfg.MessageTTL >= 0
+	var throttle chan struct{}
+	if len(q.consumers) > 0 && q.m.Ready() > flowHigh {
+		if q.flow == nil {
+			q.flow = make(chan struct{})
+		}
+		throttle = q.flow
+	}
 	q.mu.Unlock()
 	for i := range dead {
 		if dead[i].ID == id && dead[i].Msg == nil {
@@ -493,7 +517,23 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 	if wake {
 		q.Kick()
 	}
+	if throttle != nil {
+		t := time.NewTimer(flowMaxWait)
+		select {
+		case <-throttle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	return Accepted, flags != 0
+}
+
+// releaseFlow lets throttled publishers go once the queue is short again (q.mu held).
+func (q *Queue) releaseFlow() {
+	if q.flow != nil && (q.m.Ready() < flowLow || len(q.consumers) == 0 || q.closed) {
+		close(q.flow)
+		q.flow = nil
+	}
 }
 
 // consumeError is the error type of AddConsumer's refusals.
@@ -550,6 +590,7 @@ func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
 	}
 	if len(q.consumers) == 0 {
 		q.lastUsed = nowMs()
+		q.releaseFlow()
 	}
 	return !q.closed && q.AutoDelete && q.hadConsumers && len(q.consumers) == 0
 }
@@ -668,6 +709,7 @@ func (q *Queue) Purge() int {
 			flags = append(flags, fl)
 		}
 	})
+	q.releaseFlow()
 	q.mu.Unlock()
 	q.forget(ids, flags)
 	return n
@@ -696,6 +738,7 @@ func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {
 		return nil, 0
 	}
 	q.closed = true
+	q.releaseFlow()
 	consumers = q.consumers
 	q.consumers = map[ConsumerID]Consumer{}
 	ready = q.m.Ready()

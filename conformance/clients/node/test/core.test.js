@@ -342,6 +342,22 @@ test('confirms for unroutable messages', async (t) => {
   assert.equal(returned[0].fields.routingKey, nowhere);
 });
 
+test('closing a confirm channel with confirms pending', async (t) => {
+  // No frame may follow channel.close-ok on that channel: amqplib treats a basic.ack for a
+  // closed channel as a connection error ("Frame on unknown channel").
+  const conn = await connect(t);
+  const errors = [];
+  conn.on('error', (err) => errors.push(err));
+  for (let round = 0; round < 5; round++) {
+    const ch = await conn.createConfirmChannel();
+    for (let i = 0; i < 1000; i++) ch.publish('', '', Buffer.from('x'));
+    await ch.close();
+  }
+  const ch = await conn.createChannel(); // the connection must still work
+  await ch.assertQueue('', { exclusive: true });
+  assert.deepEqual(errors, []);
+});
+
 // mandatory returns
 
 test('mandatory return', async (t) => {
