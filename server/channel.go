@@ -52,6 +52,7 @@ type channel struct {
 
 	// Reader-goroutine state.
 	closing      bool
+	gone         bool // closed by the client: no frame may follow close-ok
 	pub          pendingPublish
 	confirm      bool
 	publishSeq   uint64 // last publish sequence number handed out in confirm mode
@@ -382,5 +383,21 @@ func (l *unackedList) compact() {
 		clear(l.entries[n:])
 		l.entries = l.entries[:n]
 		l.head = 0
+	}
+}
+
+// flushConfirm sends one basic.ack covering every publish confirmed since the last one.
+func (ch *channel) flushConfirm() {
+	ch.confirmMu.Lock()
+	defer ch.confirmMu.Unlock()
+	if ch.confirmed <= ch.acked {
+		return
+	}
+	multiple := ch.confirmed-ch.acked > 1
+	ch.acked = ch.confirmed
+	o := ch.c.out
+	if o.lockAppend() {
+		o.buf = amqp.AppendBasicAck(o.buf, ch.id, ch.confirmed, multiple)
+		o.unlockAppend()
 	}
 }

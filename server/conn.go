@@ -201,6 +201,7 @@ func (c *conn) serve() {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code != 0 {
 			c.closeWithError(ae)
+			c.awaitCloseOk()
 		} else {
 			c.log.Debug("handshake failed", "err", err)
 		}
@@ -526,6 +527,23 @@ func (c *conn) closeWithError(e *amqp.Error) {
 	}
 }
 
+// awaitCloseOk waits (bounded by the close deadline) for the client to answer our connection.close,
+// so it reads the reason before the socket goes away.
+func (c *conn) awaitCloseOk() {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if f.Type == amqp.FrameMethod && f.Channel == 0 && len(f.Payload) >= 4 &&
+			binary.BigEndian.Uint16(f.Payload) == amqp.ClassConnection {
+			if mid := binary.BigEndian.Uint16(f.Payload[2:]); mid == 51 || mid == 50 {
+				return
+			}
+		}
+	}
+}
+
 // forceClose is called by Shutdown from another goroutine.
 func (c *conn) forceClose(e *amqp.Error) {
 	if c.forced.Swap(true) {
@@ -680,19 +698,10 @@ func (c *conn) flushConfirms() {
 	for i, ch := range c.confirmDirty {
 		ch.confirmDirty = false
 		c.confirmDirty[i] = nil
-		if ch.closing {
+		if ch.closing || ch.gone {
 			continue
 		}
-		ch.confirmMu.Lock()
-		if ch.confirmed > ch.acked {
-			multiple := ch.confirmed-ch.acked > 1
-			ch.acked = ch.confirmed
-			if c.out.lockAppend() {
-				c.out.buf = amqp.AppendBasicAck(c.out.buf, ch.id, ch.confirmed, multiple)
-				c.out.unlockAppend()
-			}
-		}
-		ch.confirmMu.Unlock()
+		ch.flushConfirm()
 	}
 	c.confirmDirty = c.confirmDirty[:0]
 }

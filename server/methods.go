@@ -61,7 +61,10 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	c := ch.c
 	switch m := m.(type) {
 	case *amqp.ChannelClose:
+		// Confirms already earned go out before close-ok: nothing may follow it on this channel.
+		ch.flushConfirm()
 		ch.release()
+		ch.gone = true
 		delete(c.channels, ch.id)
 		c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 		return nil

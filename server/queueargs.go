@@ -27,19 +27,18 @@ func boolText(b bool) string {
 
 // checkQueueEquivalence compares a redeclaration with the existing queue, with RabbitMQ's texts.
 func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *amqp.Error {
-	q := e.q
 	ineq := func(arg string, received, current bool) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received '%s' but current is '%s'",
-			arg, q.Name, vhost, boolText(received), boolText(current))
+			arg, e.name, vhost, boolText(received), boolText(current))
 	}
-	if m.Durable != q.Durable {
-		return ineq("durable", m.Durable, q.Durable)
+	if m.Durable != e.durable {
+		return ineq("durable", m.Durable, e.durable)
 	}
 	if m.Exclusive != (e.owner != nil) {
 		return &amqp.Error{Code: amqp.ResourceLocked}
 	}
-	if m.AutoDelete != q.AutoDelete {
-		return ineq("auto_delete", m.AutoDelete, q.AutoDelete)
+	if m.AutoDelete != e.autoDel {
+		return ineq("auto_delete", m.AutoDelete, e.autoDel)
 	}
 	for _, k := range equivalenceArgs {
 		rv, rok := m.Arguments[k]
@@ -59,10 +58,10 @@ func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *a
 		if rok && cok {
 			// RabbitMQ shows bare values when both sides have the argument.
 			return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received '%s' but current is '%s'",
-				k, q.Name, vhost, argValueText(rv), argValueText(cv))
+				k, e.name, vhost, argValueText(rv), argValueText(cv))
 		}
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received %s but current is %s",
-			k, q.Name, vhost, describeArg(rv, rok), describeArg(cv, cok))
+			k, e.name, vhost, describeArg(rv, rok), describeArg(cv, cok))
 	}
 	return nil
 }

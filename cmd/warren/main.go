@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -83,6 +84,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						EnvVars: []string{"WARREN_CONSUMER_TIMEOUT"},
 					},
 					&cli.StringFlag{
+						Name:  "cpu-profile",
+						Usage: "write a Go CPU profile of the whole run to `FILE` (for go tool pprof)",
+					},
+					&cli.StringFlag{
 						Name:    "log-level",
 						Usage:   "`LEVEL` of logs written to stderr: debug, info, warn or error",
 						Value:   "info",
@@ -108,6 +113,17 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					}
 					cfg.ConsumerTimeout = c.Duration("consumer-timeout")
 					cfg.Logger = logger
+					if path := c.String("cpu-profile"); path != "" {
+						f, err := os.Create(path)
+						if err != nil {
+							return fmt.Errorf("--cpu-profile: %w", err)
+						}
+						defer f.Close()
+						if err := pprof.StartCPUProfile(f); err != nil {
+							return fmt.Errorf("--cpu-profile: %w", err)
+						}
+						defer pprof.StopCPUProfile()
+					}
 					return serve(c.Context, cfg)
 				},
 			},

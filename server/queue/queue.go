@@ -29,14 +29,19 @@ const metaSuffix = 'm'
 // starving the consumers of CPU and from growing the queue without bound; with no consumers the
 // queue simply grows (and pages to disk).
 const (
-	flowHigh    = 8192
-	flowLow     = 4096
+	flowHigh    = 2048
+	flowLow     = 1024
 	flowMaxWait = 50 * time.Millisecond
 )
 
 // DefaultPageWindow is how many ready messages a queue keeps with their bodies in memory; messages
-// enqueued beyond it keep only an index entry and are read back from disk when delivered.
-const DefaultPageWindow = 1024
+// enqueued beyond it (or beyond pageWindowBytes of bodies) keep only an index entry and are read back
+// from disk when delivered. Publisher flow control (flowHigh) starts well before, so a queue whose
+// consumers keep up never touches the disk for transient messages.
+const DefaultPageWindow = 4096
+
+// pageWindowBytes bounds the bodies a queue keeps in memory.
+const pageWindowBytes = 8 << 20
 
 // Consumer receives deliveries from a Queue. The server implements it for basic.consume consumers.
 type Consumer interface {
@@ -454,7 +459,7 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 		if q.Durable && msg.Persistent {
 			flags = flagStored
 		}
-		if q.m.Ready() >= q.PageWindow {
+		if q.m.Ready() >= q.PageWindow || q.m.ReadyBytes() >= pageWindowBytes {
 			if flags == 0 {
 				flags = flagPaged
 			}
