@@ -41,6 +41,7 @@ type Server struct {
 	db     *storage.DB
 	alarms *alarms
 
+	started     time.Time
 	janitor     chan *queueEntry // queues to delete off their own goroutines
 	janitorQuit chan struct{}
 
@@ -84,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 		db:          db,
 		conns:       make(map[*conn]struct{}),
 		replyTo:     make(map[string]*channel),
+		started:     time.Now(),
 		janitor:     make(chan *queueEntry, 64),
 		janitorQuit: make(chan struct{}),
 	}
@@ -211,6 +213,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, v := range s.vhosts {
 		v.close()
 	}
+	st := s.db.Stats()
+	s.log.Info("storage totals", "commits", st.Batches, "transactions_fsynced", st.Txns, "operations", st.Ops,
+		"uptime", time.Since(s.started).Round(time.Second))
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close storage: %w", cerr)
 	}
