@@ -13,53 +13,6 @@ import (
 // This file renders field values the way RabbitMQ's reply texts show them
 // (Erlang's ~p of the decoded term), so that error texts match RabbitMQ's.
 
-// fieldType returns RabbitMQ's name of the AMQP field type of v, as used in
-// reply texts ("longstr", "signedint", "binary", ...).
-func fieldType(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "void"
-	case bool:
-		return "bool"
-	case int8:
-		return "byte"
-	case uint8:
-		return "unsignedbyte"
-	case int16:
-		return "short"
-	case uint16:
-		return "unsignedshort"
-	case int32:
-		return "signedint"
-	case uint32:
-		return "unsignedint"
-	case int:
-		if v >= math.MinInt32 && v <= math.MaxInt32 {
-			return "signedint"
-		}
-		return "long"
-	case int64, uint, uint64:
-		return "long"
-	case float32:
-		return "float"
-	case float64:
-		return "double"
-	case amqp.Decimal:
-		return "decimal"
-	case string:
-		return "longstr"
-	case []byte:
-		return "binary"
-	case time.Time:
-		return "timestamp"
-	case amqp.Table, map[string]any:
-		return "table"
-	case []any, []string, []amqp.Table:
-		return "array"
-	}
-	return "unknown"
-}
-
 // erlTerm renders v as Erlang's ~p prints RabbitMQ's decoded value.
 func erlTerm(v any) string {
 	var b strings.Builder
@@ -121,7 +74,7 @@ func appendErlTable(b *strings.Builder, t map[string]any) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString("{" + erlBinary(k) + "," + fieldType(t[k]) + ",")
+		b.WriteString("{" + erlBinary(k) + "," + amqp.TypeName(t[k]) + ",")
 		appendErlTerm(b, t[k])
 		b.WriteByte('}')
 	}
@@ -135,7 +88,7 @@ func appendErlArray(b *strings.Builder, n int, elem func(int) any) {
 			b.WriteByte(',')
 		}
 		v := elem(i)
-		b.WriteString("{" + fieldType(v) + ",")
+		b.WriteString("{" + amqp.TypeName(v) + ",")
 		appendErlTerm(b, v)
 		b.WriteByte('}')
 	}

@@ -32,7 +32,7 @@ func checkXMatch(args amqp.Table) *amqp.Error {
 	s, isStr := v.(string)
 	if !isStr {
 		return amqp.Errorf(amqp.PreconditionFailed,
-			"Invalid x-match field type %s (value %s); expected longstr", fieldType(v), erlTerm(v))
+			"Invalid x-match field type %s (value %s); expected longstr", amqp.TypeName(v), erlTerm(v))
 	}
 	switch s {
 	case "all", "any", "all-with-x", "any-with-x":

@@ -133,7 +133,7 @@ func (r *Registry) Declare(name, kind string, durable, autoDelete, internal, pas
 	if v, ok := args[aeArg]; ok {
 		if _, isStr := v.(string); !isStr {
 			return nil, false, amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in exchange '%s' in vhost '%s'",
-				fieldType(v), aeArg, name, r.vhost)
+				amqp.TypeName(v), aeArg, name, r.vhost)
 		}
 	}
 	x := newExchange(name, k, durable, autoDelete, internal, args)
@@ -199,7 +199,7 @@ func describeArg(v any, present bool) string {
 	if !present {
 		return "none"
 	}
-	return "the value '" + erlValue(v) + "' of type '" + fieldType(v) + "'"
+	return "the value '" + erlValue(v) + "' of type '" + amqp.TypeName(v) + "'"
 }
 
 // Get returns the named exchange; "" is the default exchange.

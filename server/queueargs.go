@@ -11,11 +11,13 @@ import (
 
 // equivalenceArgs are the queue arguments RabbitMQ compares when a queue is redeclared; others are
 // ignored, as in RabbitMQ.
-var equivalenceArgs = [...]string{
-	"x-queue-type", "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
-	"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority", "x-overflow",
-	"x-single-active-consumer", "x-delivery-limit", "x-queue-leader-locator",
-	"x-quorum-initial-group-size", "x-max-age", "x-stream-max-segment-size-bytes",
+func equivalenceArgs() [15]string {
+	return [...]string{
+		"x-queue-type", "x-message-ttl", "x-expires", "x-max-length", "x-max-length-bytes",
+		"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-priority", "x-overflow",
+		"x-single-active-consumer", "x-delivery-limit", "x-queue-leader-locator",
+		"x-quorum-initial-group-size", "x-max-age", "x-stream-max-segment-size-bytes",
+	}
 }
 
 func boolText(b bool) string {
@@ -40,7 +42,7 @@ func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *a
 	if m.AutoDelete != e.autoDel {
 		return ineq("auto_delete", m.AutoDelete, e.autoDel)
 	}
-	for _, k := range equivalenceArgs {
+	for _, k := range equivalenceArgs() {
 		rv, rok := m.Arguments[k]
 		cv, cok := e.args[k]
 		if k == "x-queue-type" {
@@ -71,7 +73,7 @@ func describeArg(v any, ok bool) string {
 	if !ok {
 		return "none"
 	}
-	return fmt.Sprintf("the value '%s' of type '%s'", argValueText(v), fieldTypeName(v))
+	return fmt.Sprintf("the value '%s' of type '%s'", argValueText(v), amqp.TypeName(v))
 }
 
 func argValueText(v any) string {
@@ -85,47 +87,6 @@ func argValueText(v any) string {
 	}
 }
 
-// fieldTypeName is RabbitMQ's name for a field-table value type.
-func fieldTypeName(v any) string {
-	switch v.(type) {
-	case string:
-		return "longstr"
-	case []byte:
-		return "binary"
-	case bool:
-		return "bool"
-	case int8:
-		return "byte"
-	case uint8:
-		return "unsignedbyte"
-	case int16:
-		return "short"
-	case uint16:
-		return "unsignedshort"
-	case int32:
-		return "signedint"
-	case uint32:
-		return "unsignedint"
-	case int64, int:
-		return "long"
-	case float32:
-		return "float"
-	case float64:
-		return "double"
-	case amqp.Decimal:
-		return "decimal"
-	case time.Time:
-		return "timestamp"
-	case amqp.Table:
-		return "table"
-	case []any:
-		return "array"
-	case nil:
-		return "void"
-	default:
-		return "unknown"
-	}
-}
 
 // queueSettings are the lifecycle settings a queue's x-arguments ask for.
 type queueSettings struct {
@@ -164,7 +125,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		}
 		n, isInt := amqp.AsInt64(v)
 		if !isInt {
-			return 0, false, invalid(arg, "\"expected integer, got %s\"", fieldTypeName(v))
+			return 0, false, invalid(arg, "\"expected integer, got %s\"", amqp.TypeName(v))
 		}
 		if n < 0 {
 			return 0, false, invalid(arg, "{value_negative,%d}", n)
@@ -186,7 +147,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 			return string(v), true, nil
 		}
 		return "", false, amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in queue '%s' in vhost '%s'",
-			fieldTypeName(v), arg, name, vhost)
+			amqp.TypeName(v), arg, name, vhost)
 	}
 	var err *amqp.Error
 	var ok bool
@@ -241,7 +202,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 			s, isStr = string(b), true
 		}
 		if !isStr {
-			return st, invalid("x-overflow", "{unacceptable_type,%s}", fieldTypeName(v))
+			return st, invalid("x-overflow", "{unacceptable_type,%s}", amqp.TypeName(v))
 		}
 		switch s {
 		case "drop-head", "reject-publish", "reject-publish-dlx":
@@ -253,7 +214,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	if v, present := args["x-single-active-consumer"]; present {
 		b, isBool := v.(bool)
 		if !isBool {
-			return st, invalid("x-single-active-consumer", "{unacceptable_type,%s}", fieldTypeName(v))
+			return st, invalid("x-single-active-consumer", "{unacceptable_type,%s}", amqp.TypeName(v))
 		}
 		st.singleActive = b
 	}
@@ -267,7 +228,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		case []byte:
 			st.dlrk, st.hasDLRK = string(v), true
 		default:
-			return st, invalid("x-dead-letter-routing-key", "{unacceptable_type,%s}", fieldTypeName(v))
+			return st, invalid("x-dead-letter-routing-key", "{unacceptable_type,%s}", amqp.TypeName(v))
 		}
 	}
 	if st.hasDLRK && !st.hasDLX {

@@ -319,7 +319,7 @@ func (ch *channel) consumeStream(m *amqp.BasicConsume, e *queueEntry, tag string
 		off, err := sq.log.ParseOffsetSpec(spec, now)
 		if err != nil {
 			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-stream-offset' for queue '%s' in vhost '%s': {invalid_stream_offset_arg,{%s,%s}}",
-				e.name, c.vhost.name, fieldTypeName(spec), erlangValue(spec))
+				e.name, c.vhost.name, amqp.TypeName(spec), erlangValue(spec))
 		}
 		sc.next = off
 	case sc.name != "":
