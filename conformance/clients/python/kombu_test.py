@@ -382,6 +382,134 @@ class KombuTest(unittest.TestCase):
         self.assertEqual(as_str(message.headers["x-death"][0]["original-expiration"]), "100")
         self.assertNotIn("expiration", message.properties)
 
+    # streams: x-queue-type stream, durable, read with a prefetch count, manual acks and the
+    # x-stream-offset consumer argument (kombu's Queue(consumer_arguments=...)); every delivery
+    # carries its offset in the x-stream-offset header.
+
+    STREAM_N = 10
+
+    def stream(self, count=STREAM_N):
+        """Declares a durable stream (deleted at cleanup) and publishes the numbers 0..count-1
+        with publisher confirms; returns its name."""
+        name = unique("stream")
+        Queue(name, durable=True, queue_arguments={"x-queue-type": "stream"})(self.ch).declare()
+        self.addCleanup(self._delete_queue, name)
+        self.stream_publish(name, range(count))
+        return name
+
+    def stream_publish(self, name, numbers):
+        conn = Connection(broker_url(), transport_options={"confirm_publish": True})
+        try:
+            producer = Producer(conn.channel(), serializer="json")
+            # basic_publish_confirm returns only after the broker's basic.ack, so each message
+            # is a chunk of its own. That matters: RabbitMQ credits stream consumers a whole
+            # chunk at a time, so a prefetch is exact only with one message per chunk.
+            for i in numbers:
+                producer.publish(i, routing_key=name, delivery_mode=2)
+        finally:
+            conn.release()
+
+    @staticmethod
+    def _delete_queue(name):
+        # A connection of its own: the test's connection may have been closed by the broker.
+        conn = Connection(broker_url(), connect_timeout=WAIT)
+        try:
+            Queue(name)(conn.channel()).delete()
+        finally:
+            conn.release()
+
+    def stream_consumer(self, name, offset=None, prefetch=3, ack=True):
+        """A Consumer on a channel of its own, reading stream `name` from `offset` (None: no
+        x-stream-offset, RabbitMQ's default "next") with basic.qos prefetch. Returns it and a
+        list that fills with (payload, x-stream-offset header, message); acks each when ack."""
+        arguments = {} if offset is None else {"x-stream-offset": offset}
+        q = Queue(name, durable=True, queue_arguments={"x-queue-type": "stream"},
+                  consumer_arguments=arguments)
+        got = []
+
+        def on_message(body, message):
+            got.append((body, message.headers.get("x-stream-offset"), message))
+            if ack:
+                message.ack()
+
+        consumer = Consumer(self.conn.channel(), queues=[q], callbacks=[on_message], accept=["json"])
+        consumer.qos(prefetch_count=prefetch)
+        consumer.consume()
+        return consumer, got
+
+    def assert_stream(self, got, numbers):
+        """The deliveries are exactly the numbers `numbers`, in order, each with its offset
+        (number i was published at offset i)."""
+        want = list(numbers)
+        self.assertEqual([body for body, _, _ in got], want)
+        self.assertEqual([offset for _, offset, _ in got], want)
+
+    def test_stream_consume_from_first(self):
+        name = self.stream()
+        # prefetch 3 < 10: only acks (credit) let the rest through.
+        _, got = self.stream_consumer(name, "first", prefetch=3)
+        self.drain(got, self.STREAM_N)
+        self.drain_quietly(0.2)
+        self.assert_stream(got, range(self.STREAM_N))
+
+    def test_stream_consume_from_offset(self):
+        name = self.stream()
+        _, got = self.stream_consumer(name, 3)
+        self.drain(got, self.STREAM_N - 3)
+        self.drain_quietly(0.2)
+        self.assert_stream(got, range(3, self.STREAM_N))
+
+    def test_stream_consume_next_and_default(self):
+        name = self.stream()
+        _, explicit = self.stream_consumer(name, "next")
+        _, default = self.stream_consumer(name)
+        self.drain_quietly(0.3)
+        self.assertEqual(explicit, [], "next must not replay what is already in the stream")
+        self.assertEqual(default, [], "the default offset is next")
+        new = range(self.STREAM_N, self.STREAM_N + 3)
+        self.stream_publish(name, new)
+        self.drain(explicit, 3)
+        self.drain(default, 3)
+        self.drain_quietly(0.2)
+        self.assert_stream(explicit, new)
+        self.assert_stream(default, new)
+
+    def test_stream_consumers_replay_independently(self):
+        name = self.stream()
+        _, slow = self.stream_consumer(name, "first", prefetch=2, ack=False)
+        _, fast = self.stream_consumer(name, "first", prefetch=3)
+        self.drain(fast, self.STREAM_N)
+        self.drain_quietly(0.2)
+        self.assertEqual(len(slow), 2, "a consumer that does not ack stops at its prefetch")
+        self.assert_stream(fast, range(self.STREAM_N))
+        while len(slow) < self.STREAM_N:
+            have = len(slow)
+            slow[-1][2].ack(multiple=True)
+            self.drain(slow, min(have + 2, self.STREAM_N))
+        self.assert_stream(slow, range(self.STREAM_N))
+        # Reading deletes nothing: a new consumer replays it all again.
+        _, again = self.stream_consumer(name, "first")
+        self.drain(again, self.STREAM_N)
+        self.assert_stream(again, range(self.STREAM_N))
+
+    def test_stream_basic_get_refused(self):
+        name = self.stream(1)
+        q = Queue(name, durable=True, queue_arguments={"x-queue-type": "stream"})(self.ch)
+        # 540 NOT_IMPLEMENTED is a connection error: the whole connection is closed.
+        with self.assertRaises(amqp.exceptions.AMQPNotImplementedError) as cm:
+            q.get()
+        self.assertEqual(cm.exception.reply_code, 540)
+        self.assertIn("basic.get", cm.exception.reply_text)
+
+    def test_stream_consume_without_prefetch_refused(self):
+        name = self.stream(1)
+        q = Queue(name, durable=True, queue_arguments={"x-queue-type": "stream"},
+                  consumer_arguments={"x-stream-offset": "first"})
+        consumer = Consumer(self.conn.channel(), queues=[q], accept=["json"])
+        with self.assertRaises(amqp.exceptions.PreconditionFailed) as cm:
+            consumer.consume()
+        self.assertEqual(cm.exception.reply_code, 406)
+
 
 if __name__ == "__main__":
     unittest.main()

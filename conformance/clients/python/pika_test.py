@@ -482,6 +482,126 @@ class PikaTest(unittest.TestCase):
         _, props, _ = self.get(dlq, auto_ack=True)
         self.assert_death(props, q, "expired")
 
+    # streams: x-queue-type stream, durable, read with a prefetch count, manual acks and the
+    # x-stream-offset consumer argument; every delivery carries its offset in x-stream-offset.
+
+    STREAM_N = 10
+
+    def stream(self, count=STREAM_N):
+        """Declares a durable stream (deleted at cleanup) and publishes count messages "0", "1",
+        ... with publisher confirms; returns its name."""
+        name = unique("stream")
+        ok = self.ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
+        self.assertEqual(ok.method.queue, name)
+        self.addCleanup(self._delete_queue, name)
+        self.ch.confirm_delivery()
+        self.stream_publish(name, range(count))
+        return name
+
+    def stream_publish(self, queue, numbers):
+        # With confirms on, BlockingChannel.basic_publish waits for the broker's basic.ack, so
+        # each message is a chunk of its own. That matters: RabbitMQ credits stream consumers a
+        # whole chunk at a time, so a prefetch is exact only with one message per chunk.
+        for i in numbers:
+            self.publish(queue, str(i).encode(), properties=pika.BasicProperties(delivery_mode=2))
+
+    @staticmethod
+    def _delete_queue(name):
+        # A connection of its own: the test's channel may have been closed by the broker.
+        conn = pika.BlockingConnection(pika.URLParameters(broker_url()))
+        try:
+            conn.channel().queue_delete(name)
+        finally:
+            conn.close()
+
+    def stream_consume(self, queue, offset=None, prefetch=3, ack=True):
+        """Consumes queue on a channel of its own with basic.qos prefetch; returns the channel and
+        a list that fills with (body, x-stream-offset header, method). Acks each delivery when
+        ack is set. offset None sends no x-stream-offset (RabbitMQ's default is "next")."""
+        ch = self.conn.channel()
+        ch.basic_qos(prefetch_count=prefetch)
+        got = []
+
+        def on_message(channel, method, props, body):
+            got.append((body.decode(), (props.headers or {}).get("x-stream-offset"), method))
+            if ack:
+                channel.basic_ack(method.delivery_tag)
+
+        arguments = {} if offset is None else {"x-stream-offset": offset}
+        ch.basic_consume(queue, on_message, arguments=arguments)
+        return ch, got
+
+    def assert_stream(self, got, numbers):
+        """The deliveries are exactly the messages numbered `numbers`, in order, each with its
+        offset (message i was published at offset i)."""
+        want = list(numbers)
+        self.assertEqual([body for body, _, _ in got], [str(i) for i in want])
+        self.assertEqual([offset for _, offset, _ in got], want)
+
+    def test_stream_consume_from_first(self):
+        q = self.stream()
+        # prefetch 3 < 10: only acks (credit) let the rest through.
+        _, got = self.stream_consume(q, "first", prefetch=3)
+        self.drain(got, self.STREAM_N)
+        self.conn.process_data_events(time_limit=0.2)
+        self.assert_stream(got, range(self.STREAM_N))
+
+    def test_stream_consume_from_offset(self):
+        q = self.stream()
+        _, got = self.stream_consume(q, 3)
+        self.drain(got, self.STREAM_N - 3)
+        self.conn.process_data_events(time_limit=0.2)
+        self.assert_stream(got, range(3, self.STREAM_N))
+
+    def test_stream_consume_next_and_default(self):
+        q = self.stream()
+        _, explicit = self.stream_consume(q, "next")
+        _, default = self.stream_consume(q)
+        self.conn.process_data_events(time_limit=0.3)
+        self.assertEqual(explicit, [], "next must not replay what is already in the stream")
+        self.assertEqual(default, [], "the default offset is next")
+        self.stream_publish(q, range(self.STREAM_N, self.STREAM_N + 3))
+        self.drain(explicit, 3)
+        self.drain(default, 3)
+        self.conn.process_data_events(time_limit=0.2)
+        self.assert_stream(explicit, range(self.STREAM_N, self.STREAM_N + 3))
+        self.assert_stream(default, range(self.STREAM_N, self.STREAM_N + 3))
+
+    def test_stream_consumers_replay_independently(self):
+        q = self.stream()
+        slow_ch, slow = self.stream_consume(q, "first", prefetch=2, ack=False)
+        _, fast = self.stream_consume(q, "first", prefetch=3)
+        self.drain(fast, self.STREAM_N)
+        self.conn.process_data_events(time_limit=0.2)
+        self.assertEqual(len(slow), 2, "a consumer that does not ack stops at its prefetch")
+        self.assert_stream(fast, range(self.STREAM_N))
+        while len(slow) < self.STREAM_N:
+            have = len(slow)
+            slow_ch.basic_ack(slow[-1][2].delivery_tag, multiple=True)
+            self.drain(slow, min(have + 2, self.STREAM_N))
+        self.assert_stream(slow, range(self.STREAM_N))
+        # Reading deletes nothing: a new consumer replays it all again.
+        _, again = self.stream_consume(q, "first")
+        self.drain(again, self.STREAM_N)
+        self.assert_stream(again, range(self.STREAM_N))
+
+    def test_stream_basic_get_refused(self):
+        q = self.stream(1)
+        # 540 NOT_IMPLEMENTED is a connection error: the whole connection is closed.
+        with self.assertRaises(pika.exceptions.ConnectionClosedByBroker) as cm:
+            self.ch.basic_get(q)
+        self.assertEqual(cm.exception.reply_code, 540)
+        self.assertIn("NOT_IMPLEMENTED", cm.exception.reply_text)
+        self.assertFalse(self.conn.is_open)
+
+    def test_stream_consume_without_prefetch_refused(self):
+        q = self.stream(1)
+        ch = self.conn.channel()
+        with self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+            ch.basic_consume(q, lambda *args: None, arguments={"x-stream-offset": "first"})
+        self.assertEqual(cm.exception.reply_code, 406)
+        self.assertIn("PRECONDITION_FAILED", cm.exception.reply_text)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -25,6 +25,18 @@ class BunnyTest < Minitest::Test
     @conn.close if @conn&.open?
   rescue StandardError
     nil
+  ensure
+    delete_queues(@durable_queues) if @durable_queues
+  end
+
+  # Deletes the durable queues a test declared, over a connection of its own.
+  def delete_queues(names)
+    conn = connect
+    ch = conn.create_channel
+    names.each { |name| ch.queue_delete(name) }
+    conn.close
+  rescue StandardError
+    nil
   end
 
   # helpers
@@ -491,5 +503,145 @@ class BunnyTest < Minitest::Test
     assert @ch.wait_for_confirms # the broker has enqueued it
     wait_until('the expired message to leave') { q.message_count.zero? }
     assert_nil q.pop[0]
+  end
+
+  # streams: x-queue-type stream, durable, read with a prefetch count, manual acks and the
+  # x-stream-offset consumer argument; every delivery carries its offset in x-stream-offset.
+
+  STREAM_N = 10
+  STREAM_ARGS = { 'x-queue-type' => 'stream' }.freeze
+
+  # Deliveries collected by a consumer's callback (on the channel's work pool thread).
+  class Deliveries
+    def initialize
+      @lock = Mutex.new
+      @items = []
+    end
+
+    def <<(item)
+      @lock.synchronize { @items << item }
+    end
+
+    def size
+      @lock.synchronize { @items.size }
+    end
+
+    def to_a
+      @lock.synchronize { @items.dup }
+    end
+  end
+
+  # Declares a durable stream (deleted in teardown) and publishes count messages "0", "1", ...
+  # with publisher confirms; returns its name.
+  def stream(count = STREAM_N)
+    name = unique('stream')
+    q = @ch.queue(name, durable: true, arguments: STREAM_ARGS)
+    assert_equal name, q.name
+    (@durable_queues ||= []) << name
+    stream_publish(name, 0...count)
+    name
+  end
+
+  # Publishes each number once the previous one is confirmed. RabbitMQ writes a stream in chunks
+  # and credits its consumers a whole chunk at a time, so a prefetch is exact only when each
+  # message is a chunk of its own.
+  def stream_publish(name, numbers)
+    ch = @conn.create_channel
+    ch.confirm_select
+    numbers.each do |i|
+      ch.default_exchange.publish(i.to_s, routing_key: name, persistent: true)
+      assert ch.wait_for_confirms, "message #{i} confirmed"
+    end
+    ch.close
+  end
+
+  # Subscribes to stream `name` on a channel of its own with a prefetch; offset nil sends no
+  # x-stream-offset (RabbitMQ's default is "next"). Returns the channel and Deliveries of
+  # [body, x-stream-offset header, delivery_info]; acks each delivery when ack is set.
+  def stream_consume(name, offset: nil, prefetch: 3, ack: true)
+    ch = @conn.create_channel
+    ch.prefetch(prefetch)
+    got = Deliveries.new
+    arguments = offset.nil? ? {} : { 'x-stream-offset' => offset }
+    q = ch.queue(name, durable: true, arguments: STREAM_ARGS)
+    q.subscribe(manual_ack: true, arguments: arguments) do |info, props, body|
+      got << [body, props.headers['x-stream-offset'], info]
+      ch.ack(info.delivery_tag) if ack
+    end
+    [ch, got]
+  end
+
+  # The deliveries are exactly the messages numbered `numbers`, in order, each with its offset
+  # (message i was published at offset i).
+  def assert_stream(got, numbers)
+    items = got.to_a
+    assert_equal numbers.map(&:to_s), items.map { |body, _, _| body }
+    assert_equal numbers.to_a, items.map { |_, offset, _| offset }
+  end
+
+  def test_stream_consume_from_first
+    name = stream
+    # prefetch 3 < 10: only acks (credit) let the rest through.
+    _, got = stream_consume(name, offset: 'first', prefetch: 3)
+    wait_until("#{STREAM_N} deliveries") { got.size == STREAM_N }
+    sleep 0.2
+    assert_stream(got, 0...STREAM_N)
+  end
+
+  def test_stream_consume_from_offset
+    name = stream
+    _, got = stream_consume(name, offset: 3)
+    wait_until("#{STREAM_N - 3} deliveries") { got.size == STREAM_N - 3 }
+    sleep 0.2
+    assert_stream(got, 3...STREAM_N)
+  end
+
+  def test_stream_consume_next_and_default
+    name = stream
+    _, explicit = stream_consume(name, offset: 'next')
+    _, default = stream_consume(name)
+    sleep 0.3
+    assert_equal 0, explicit.size, 'next must not replay what is already in the stream'
+    assert_equal 0, default.size, 'the default offset is next'
+    fresh = STREAM_N...(STREAM_N + 3)
+    stream_publish(name, fresh)
+    wait_until('the 3 new messages on both') { explicit.size == 3 && default.size == 3 }
+    sleep 0.2
+    assert_stream(explicit, fresh)
+    assert_stream(default, fresh)
+  end
+
+  def test_stream_consumers_replay_independently
+    name = stream
+    slow_ch, slow = stream_consume(name, offset: 'first', prefetch: 2, ack: false)
+    _, fast = stream_consume(name, offset: 'first', prefetch: 3)
+    wait_until("#{STREAM_N} deliveries to the fast consumer") { fast.size == STREAM_N }
+    sleep 0.2
+    assert_equal 2, slow.size, 'a consumer that does not ack stops at its prefetch'
+    assert_stream(fast, 0...STREAM_N)
+    while slow.size < STREAM_N
+      have = slow.size
+      slow_ch.ack(slow.to_a.last[2].delivery_tag, true)
+      wait_until('more deliveries after an ack') { slow.size == [have + 2, STREAM_N].min }
+    end
+    assert_stream(slow, 0...STREAM_N)
+    # Reading deletes nothing: a new consumer replays it all again.
+    _, again = stream_consume(name, offset: 'first')
+    wait_until("#{STREAM_N} deliveries on replay") { again.size == STREAM_N }
+    assert_stream(again, 0...STREAM_N)
+  end
+
+  # basic.get on a stream is refused with 540, a connection error, which Bunny 2.19 cannot map to
+  # an exception class ("Unknown reply code"), so the refusal this suite observes is the 406.
+  def test_stream_consume_without_prefetch_refused
+    name = stream(1)
+    ch = @conn.create_channel
+    q = ch.queue(name, durable: true, arguments: STREAM_ARGS)
+    err = assert_raises(Bunny::PreconditionFailed) do
+      q.subscribe(manual_ack: true, arguments: { 'x-stream-offset' => 'first' }) { |*| nil }
+    end
+    assert_equal 406, err.channel_close.reply_code
+    wait_until('channel closed') { ch.closed? }
+    assert @conn.open?, 'a channel error leaves the connection open'
   end
 end
