@@ -156,8 +156,8 @@ func skipWarrenOnly(t *testing.T, what string) {
 }
 
 // TestITStreamOffsetFirstLastNextNumber covers x-stream-offset first, last,
-// next, the default (next), numbers of several AMQP integer types, and a
-// number below the first offset... all on a log of one-message chunks.
+// next, the default (next) and numbers of several AMQP integer types, on a log
+// of one-message chunks (each publish waits for its confirm).
 func TestITStreamOffsetFirstLastNextNumber(t *testing.T) {
 	url := startBroker(t)
 	c := mustDial(t, url)
@@ -626,7 +626,7 @@ func TestITStreamAcksAreCredit(t *testing.T) {
 	expectStream(t, "after a multiple ack", got, 6)
 	noDelivery(t, d, quiet)
 
-	// Raising the prefetch does not matter for this consumer; acking everything does.
+	// A multiple ack with tag 0 acknowledges everything outstanding.
 	if err := ch.Ack(0, true); err != nil {
 		t.Fatalf("ack all: %v", err)
 	}
@@ -738,6 +738,10 @@ func TestITStreamDeclareRefusals(t *testing.T) {
 		{"x-queue-mode", "lazy"},
 		{"x-max-in-memory-length", int64(3)},
 		{"x-queue-master-locator", "min-masters"},
+		{"x-queue-version", int64(2)},
+		{"x-max-in-memory-bytes", int64(5)},
+		{"x-dead-letter-strategy", "at-least-once"},
+		{"x-quorum-initial-group-size", int64(1)},
 	} {
 		t.Run(tc.arg, func(t *testing.T) {
 			ch := mustChannel(t, c)
@@ -761,6 +765,48 @@ func TestITStreamDeclareRefusals(t *testing.T) {
 		"x-max-age": "7D", "x-max-length-bytes": int64(1 << 30), "x-stream-max-segment-size-bytes": int64(1 << 20),
 		"x-queue-leader-locator": "client-local", "x-initial-cluster-size": int64(1), "x-foo": "bar"}); err != nil {
 		t.Fatalf("stream with x-max-age, x-max-length-bytes, x-stream-max-segment-size-bytes, x-queue-leader-locator, x-initial-cluster-size, x-foo: %v", err)
+	}
+}
+
+// TestITStreamRedeclare: a stream is redeclared only with the same properties
+// and stream arguments; the texts are RabbitMQ's.
+func TestITStreamRedeclare(t *testing.T) {
+	url := startBroker(t)
+	c := mustDial(t, url)
+	ch := mustChannel(t, c)
+	s := declareStream(t, url, ch, "s", amqp.Table{"x-max-age": "1D"})
+	same := amqp.Table{"x-queue-type": "stream", "x-max-age": "1D"}
+	if q, err := ch.QueueDeclare(s, true, false, false, false, same); err != nil {
+		t.Fatalf("redeclare with the same arguments: %v", err)
+	} else if q.Messages != 0 || q.Consumers != 0 {
+		t.Errorf("redeclare: %d messages, %d consumers; want 0 and 0", q.Messages, q.Consumers)
+	}
+	prefix := fmt.Sprintf("PRECONDITION_FAILED - inequivalent arg '%%s' for queue '%s' in vhost '/': ", s)
+	for _, tc := range []struct {
+		what    string
+		durable bool
+		args    amqp.Table
+		arg     string
+		detail  string
+	}{
+		{"no arguments", true, nil, "x-queue-type", "received none but current is the value 'stream' of type 'longstr'"},
+		{"classic", true, amqp.Table{"x-queue-type": "classic", "x-max-age": "1D"}, "x-queue-type", "received 'classic' but current is 'stream'"},
+		{"x-max-age missing", true, amqp.Table{"x-queue-type": "stream"}, "x-max-age", "received none but current is the value '1D' of type 'longstr'"},
+		{"x-max-age different", true, amqp.Table{"x-queue-type": "stream", "x-max-age": "2D"}, "x-max-age", "received '2D' but current is '1D'"},
+		{"x-max-length-bytes added", true, amqp.Table{"x-queue-type": "stream", "x-max-age": "1D", "x-max-length-bytes": int64(5)},
+			"x-max-length-bytes", "received the value '5' of type 'long' but current is none"},
+		{"non-durable", false, same, "durable", "received 'false' but current is 'true'"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			bad := mustChannel(t, c)
+			_, err := bad.QueueDeclare(s, tc.durable, false, false, false, tc.args)
+			text := fmt.Sprintf(prefix, tc.arg) + tc.detail
+			if err == nil {
+				t.Fatalf("redeclare (%s) accepted, want 406 %q", tc.what, text)
+			}
+			checkAMQPError(t, err, amqp.PreconditionFailed, text)
+			expectChannelClosed(t, bad, amqp.PreconditionFailed, text)
+		})
 	}
 }
 

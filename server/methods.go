@@ -780,9 +780,9 @@ func (ch *channel) publishComplete() *amqp.Error {
 		ch.publishSeq++
 	}
 	var cg *confirmGroup
-	if msg.Persistent {
-		// Persistent messages may be written to disk: count them against the connection's credit and
-		// let the queues' commit callbacks finish the group.
+	if msg.Persistent || ch.confirm {
+		// Persistent messages (and every message a stream stores) may be written to disk: count them
+		// against the connection's credit and let the queues' commit callbacks finish the group.
 		cg = &confirmGroup{ch: ch, seq: ch.publishSeq, bytes: int64(len(msg.Body))}
 		cg.remaining.Store(1) // held until routing is done
 		ch.c.credit.acquire(cg.bytes)

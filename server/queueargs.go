@@ -45,8 +45,8 @@ func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *a
 	for _, k := range equivalenceArgs() {
 		rv, rok := m.Arguments[k]
 		cv, cok := e.args[k]
-		if k == "x-queue-type" {
-			// A missing type means the default (classic).
+		if k == "x-queue-type" && e.stream == nil {
+			// A missing type means the default (classic); RabbitMQ reports "none" against a stream.
 			if !rok {
 				rv, rok = "classic", true
 			}
@@ -251,16 +251,21 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	}
 	if st.stream {
 		for _, k := range [...]string{"x-message-ttl", "x-expires", "x-max-length", "x-dead-letter-exchange",
-			"x-dead-letter-routing-key", "x-max-priority", "x-overflow", "x-delivery-limit", "x-single-active-consumer"} {
+			"x-dead-letter-routing-key", "x-max-priority", "x-overflow", "x-delivery-limit", "x-single-active-consumer",
+			"x-queue-mode", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-queue-master-locator",
+			"x-queue-version", "x-dead-letter-strategy", "x-quorum-initial-group-size"} {
 			if _, present := args[k]; present {
 				return st, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s' of queue type rabbit_stream_queue",
 					k, name, vhost)
 			}
 		}
 		if v, present := args["x-max-age"]; present {
-			s, _ := v.(string)
+			s, isStr := v.(string)
 			if b, isBytes := v.([]byte); isBytes {
-				s = string(b)
+				s, isStr = string(b), true
+			}
+			if !isStr {
+				return st, invalid("x-max-age", "{unacceptable_type,%s}", amqp.TypeName(v))
 			}
 			d, perr := stream.ParseMaxAge(s)
 			if perr != nil {
@@ -268,7 +273,7 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 			}
 			st.maxAge = d
 		}
-		if n, ok, err = integer("x-stream-max-segment-size-bytes", false); err != nil {
+		if n, ok, err = integer("x-stream-max-segment-size-bytes", true); err != nil {
 			return st, err
 		} else if ok {
 			st.maxSegmentBytes = n

@@ -277,6 +277,9 @@ func (ch *channel) consumeStream(m *amqp.BasicConsume, e *queueEntry, tag string
 	if ch.prefetch == 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for 'queue '%s' in vhost '%s''", e.name, c.vhost.name)
 	}
+	if ch.globalLimit.Load() > 0 {
+		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", e.name, c.vhost.name)
+	}
 	sc := &streamConsumer{sq: sq, ch: ch, tag: tag, prefetch: int64(ch.prefetch),
 		acked: make(map[uint64]bool),
 		kick:  make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}

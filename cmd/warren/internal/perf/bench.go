@@ -22,12 +22,13 @@ type BenchConfig struct {
 	RefURI          string        // the reference RabbitMQ; skipped with a note if unreachable
 	RefNode         string        // RabbitMQ node name, to find its process if the port lookup fails
 	Runs            int           // runs per scenario and broker (median reported)
-	Scenarios       []string      // scenario ids, e.g. S1..S7
+	Scenarios       []string      // scenario ids, e.g. S1..S8
 	Out             string        // Markdown file to write; empty: none
 	Duration        time.Duration // publishing time of each throughput/latency run
 	IdleConnections int           // S6's connection count
 	Backlog         int           // S7's message count
-	BacklogTimeout  time.Duration // bound on each of S7's fill and drain
+	BacklogTimeout  time.Duration // bound on each of S7's and S8's fill and drain
+	StreamMessages  int           // S8's message count
 	CommandLine     string        // recorded in the Markdown
 	Stdout          io.Writer     // the result table
 	Log             io.Writer     // a line per run
@@ -204,6 +205,7 @@ func benchScenarios() []benchScenario {
 			bound: func(c BenchConfig) time.Duration { return 2*c.BacklogTimeout + 2*time.Minute },
 			run:   runBacklogScenario,
 		},
+		streamScenario(),
 	}
 }
 

@@ -78,6 +78,8 @@ func (r *benchReport) title(sc benchScenario) string {
 		return fmt.Sprintf("memory of %s idle connections", fmtInt(uint64(r.cfg.IdleConnections)))
 	case "S7":
 		return fmt.Sprintf("%s-message backlog (1 KB, persistent, confirms) filled then drained", fmtInt(uint64(r.cfg.Backlog)))
+	case "S8":
+		return fmt.Sprintf("stream: %s messages (1 KB) published with confirms, then consumed from first", fmtInt(uint64(r.cfg.StreamMessages)))
 	}
 	return sc.title
 }
@@ -190,6 +192,8 @@ func (r *benchReport) markdown() string {
 			detail = fmt.Sprintf("Connections: %s. ", fmtInt(uint64(r.cfg.IdleConnections))) + detail
 		case "S7":
 			detail = fmt.Sprintf("Backlog: %s messages; fill and drain are each bounded by %s. ", fmtInt(uint64(r.cfg.Backlog)), r.cfg.BacklogTimeout) + detail
+		case "S8":
+			detail = fmt.Sprintf("Messages: %s; publishing and consuming are each bounded by %s. ", fmtInt(uint64(r.cfg.StreamMessages)), r.cfg.BacklogTimeout) + detail
 		}
 		fmt.Fprintf(&b, "- **%s %s.** %s\n", sc.id, r.title(sc), detail)
 	}

@@ -45,7 +45,7 @@ func Command() *cli.Command {
 			},
 			{
 				Name:   "bench",
-				Usage:  "run the S1-S7 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
+				Usage:  "run the S1-S8 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},
@@ -164,7 +164,8 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "publishing time of each throughput and latency run"},
 		&cli.IntFlag{Name: "idle-connections", Value: 10000, Usage: "connections opened by S6"},
 		&cli.IntFlag{Name: "backlog", Value: 1000000, Usage: "messages filled and drained by S7"},
-		&cli.DurationFlag{Name: "backlog-timeout", Value: 5 * time.Minute, Usage: "bound on each of S7's fill and drain"},
+		&cli.DurationFlag{Name: "backlog-timeout", Value: 5 * time.Minute, Usage: "bound on each of S7's and S8's fill and drain"},
+		&cli.IntFlag{Name: "stream-messages", Value: 500000, Usage: "messages published to and consumed from the stream by S8"},
 	}
 }
 
@@ -183,6 +184,7 @@ func benchAction(c *cli.Context) error {
 		IdleConnections: c.Int("idle-connections"),
 		Backlog:         c.Int("backlog"),
 		BacklogTimeout:  c.Duration("backlog-timeout"),
+		StreamMessages:  c.Int("stream-messages"),
 		CommandLine:     shellJoin(os.Args),
 		Stdout:          c.App.Writer,
 		Log:             c.App.ErrWriter,
