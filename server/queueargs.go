@@ -87,7 +87,6 @@ func argValueText(v any) string {
 	}
 }
 
-
 // queueSettings are the lifecycle settings a queue's x-arguments ask for.
 type queueSettings struct {
 	messageTTL      int64 // ms; -1 none
