@@ -25,7 +25,7 @@ const (
 	DefaultFrameMax = 131072
 	// readBufferSize is the initial FrameReader buffer: small, because most connections are idle
 	// most of the time. A busy connection grows it up to busyBufferSize.
-	readBufferSize = 4 << 10
+	readBufferSize = 1 << 10
 	// busyBufferSize is how far the buffer grows when reads keep filling it.
 	busyBufferSize = 128 << 10
 	// shrinkAfter is how many consecutive small reads (under 1/8 of the buffer) on an empty buffer

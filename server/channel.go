@@ -103,7 +103,16 @@ type consumer struct {
 }
 
 func newChannel(c *conn, id uint16) *channel {
-	return &channel{c: c, id: id, consumers: make(map[string]*consumer)}
+	return &channel{c: c, id: id}
+}
+
+// addConsumerLocked registers a consumer by tag (ch.mu held); the map is made on first use, so
+// channels that only publish stay small.
+func (ch *channel) addConsumerLocked(tag string, cs *consumer) {
+	if ch.consumers == nil {
+		ch.consumers = make(map[string]*consumer)
+	}
+	ch.consumers[tag] = cs
 }
 
 // closeWithError sends channel.close for a soft error and frees the channel's resources at once.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ type conn struct {
 	s   *Server
 	id  uint64
 	nc  net.Conn
-	log *slog.Logger
+	log connLogger
 	out *outbound
 	fr  *amqp.FrameReader
 
@@ -58,14 +59,13 @@ type conn struct {
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
 	c := &conn{
-		s:           s,
-		id:          id,
-		nc:          nc,
-		log:         s.log.With("conn", id, "peer", nc.RemoteAddr().String()),
-		out:         newOutbound(nc),
-		channels:    make(map[uint16]*channel),
-		exclusiveQs: make(map[*queueEntry]struct{}),
-		quit:        make(chan struct{}),
+		s:        s,
+		id:       id,
+		nc:       nc,
+		log:      connLogger{l: s.log, id: id, peer: nc.RemoteAddr()},
+		out:      newOutbound(nc),
+		channels: make(map[uint16]*channel),
+		quit:     make(chan struct{}),
 	}
 	c.credit.init(connectionCredit)
 	return c
@@ -127,6 +127,26 @@ func (c *conn) waitWhileBlocked() {
 	c.log.Info("connection unblocked")
 }
 
+// connLogger logs with the connection's id and peer. It adds them per call rather than holding a
+// derived slog.Logger, which would cost every idle connection its own pre-formatted handler.
+type connLogger struct {
+	l    *slog.Logger
+	id   uint64
+	peer net.Addr
+}
+
+func (c connLogger) log(level slog.Level, msg string, args []any) {
+	if !c.l.Enabled(context.Background(), level) {
+		return
+	}
+	c.l.Log(context.Background(), level, msg, append([]any{"conn", c.id, "peer", c.peer.String()}, args...)...)
+}
+
+func (c connLogger) Debug(msg string, args ...any) { c.log(slog.LevelDebug, msg, args) }
+func (c connLogger) Info(msg string, args ...any)  { c.log(slog.LevelInfo, msg, args) }
+func (c connLogger) Warn(msg string, args ...any)  { c.log(slog.LevelWarn, msg, args) }
+func (c connLogger) Error(msg string, args ...any) { c.log(slog.LevelError, msg, args) }
+
 // deadlineReader refreshes the read deadline before each read: heartbeats (two missed intervals mean
 // the peer is dead) or the handshake timeout, whichever applies, bounded by a forced-close deadline.
 type deadlineReader struct{ c *conn }
@@ -165,17 +185,14 @@ func (c *conn) serve() {
 		return
 	}
 
-	writerStarted := false
 	defer func() {
 		c.cleanup()
-		if writerStarted {
-			c.out.finish()
-			select {
-			case <-c.out.done:
-			case <-time.After(5 * time.Second):
-				c.nc.Close()
-				<-c.out.done
-			}
+		c.out.finish()
+		select {
+		case <-c.out.wait():
+		case <-time.After(5 * time.Second):
+			c.nc.Close()
+			<-c.out.wait()
 		}
 		if c.peerCloses {
 			// As RabbitMQ: after close-ok the client closes first; wait briefly for its EOF.
@@ -190,14 +207,7 @@ func (c *conn) serve() {
 		c.nc.Close()
 	}()
 
-	// The writer starts before the handshake with no heartbeats; heartbeats start after tune-ok.
-	hbStart := make(chan time.Duration, 1)
-	go func() {
-		c.out.run(<-hbStart)
-	}()
-	writerStarted = true
-
-	if err := c.handshake(hbStart); err != nil {
+	if err := c.handshake(); err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code != 0 {
 			c.closeWithError(ae)
@@ -216,14 +226,7 @@ func (c *conn) serve() {
 }
 
 // handshake runs connection.start .. connection.open.
-func (c *conn) handshake(hbStart chan time.Duration) error {
-	started := false
-	defer func() {
-		if !started {
-			// Start the writer anyway so a connection.close explaining the failure gets out.
-			hbStart <- 0
-		}
-	}()
+func (c *conn) handshake() error {
 	caps := amqp.Table{
 		"publisher_confirms":           true,
 		"exchange_exchange_bindings":   true,
@@ -325,8 +328,7 @@ func (c *conn) handshake(hbStart chan time.Duration) error {
 	c.fr.SetMaxFrameSize(c.frameMax)
 	c.out.frameMax = c.frameMax
 	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
-	started = true
-	hbStart <- c.heartbeat
+	c.out.startHeartbeats(c.heartbeat)
 
 	m, err = c.readHandshakeMethod()
 	if err != nil {

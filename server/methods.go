@@ -312,6 +312,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		hooks.e.Store(e)
 		if m.Exclusive {
 			e.owner = c
+			if c.exclusiveQs == nil {
+				c.exclusiveQs = make(map[*queueEntry]struct{})
+			}
 			c.exclusiveQs[e] = struct{}{}
 		}
 		v.queues[name] = e
@@ -445,7 +448,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	}
 	cs := &consumer{ch: ch, tag: tag, id: queue.ConsumerID(c.s.nextConsumerID.Add(1)), entry: e, noAck: m.NoAck}
 	ch.mu.Lock()
-	ch.consumers[tag] = cs
+	ch.addConsumerLocked(tag, cs)
 	ch.mu.Unlock()
 	// consume-ok must reach the client before the first delivery: AddConsumer sends it once the
 	// consumer is accepted and before the dispatcher can see it.
@@ -475,7 +478,7 @@ func (ch *channel) consumeReplyTo(m *amqp.BasicConsume, tag string) *amqp.Error 
 	}
 	cs := &consumer{ch: ch, tag: tag, noAck: true}
 	ch.mu.Lock()
-	ch.consumers[tag] = cs
+	ch.addConsumerLocked(tag, cs)
 	ch.mu.Unlock()
 	ch.replyKey = newName("")
 	ch.c.s.registerReplyTo(ch.replyKey, ch)

@@ -19,8 +19,13 @@ const (
 	spareMax = 4 << 20
 )
 
-// outbound is a connection's send side: everyone appends encoded frames under mu, and the writer
-// goroutine swaps the buffer out and writes it with one syscall, so frames batch by themselves.
+// writerIdle is how long a writer goroutine waits for more output before it exits; the next frame
+// starts a new one. Idle connections then cost no goroutine on the send side.
+const writerIdle = 100 * time.Millisecond
+
+// outbound is a connection's send side: everyone appends encoded frames under mu, and a writer
+// goroutine swaps the buffer out and writes it with one syscall, so frames batch by themselves. The
+// writer is started when there is something to write and exits after writerIdle without output.
 type outbound struct {
 	nc       net.Conn
 	frameMax uint32 // set once after tune, before any delivery
@@ -28,15 +33,19 @@ type outbound struct {
 	mu       sync.Mutex
 	buf      []byte
 	spare    []byte
-	closing  bool // no new frames; writer exits once flushed
+	closing  bool // no new frames; the writer exits once flushed
 	failed   bool
+	running  bool // a writer goroutine is active
 	blocked  map[*queue.Queue]struct{}
 	waiters  []chan struct{} // closed once the buffer drains below lowWater
 	pending  atomic.Int64    // len(buf) plus the bytes being written
 	lastSend atomic.Int64    // unix nanos of the last write, for heartbeats
 
+	heartbeat time.Duration
+	hbTimer   *time.Timer
+
 	kick chan struct{}
-	done chan struct{}
+	wg   sync.WaitGroup // the writer goroutines
 }
 
 func newOutbound(nc net.Conn) *outbound {
@@ -44,15 +53,59 @@ func newOutbound(nc net.Conn) *outbound {
 		nc:       nc,
 		frameMax: 131072,
 		kick:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
 	}
 }
 
+// signal wakes the writer, starting one if none runs.
 func (o *outbound) signal() {
+	o.mu.Lock()
+	if !o.running && (len(o.buf) > 0 || o.closing) && !o.failed {
+		o.running = true
+		o.wg.Add(1)
+		go o.run()
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
 	select {
 	case o.kick <- struct{}{}:
 	default:
 	}
+}
+
+// startHeartbeats sends a heartbeat whenever nothing was written for half the interval.
+func (o *outbound) startHeartbeats(hb time.Duration) {
+	if hb <= 0 {
+		return
+	}
+	o.lastSend.Store(time.Now().UnixNano())
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing || o.failed {
+		return
+	}
+	o.heartbeat = hb
+	o.hbTimer = time.AfterFunc(hb/2, o.beat)
+}
+
+func (o *outbound) beat() {
+	half := o.heartbeat / 2
+	if idle := time.Duration(time.Now().UnixNano() - o.lastSend.Load()); idle >= half {
+		if o.lockAppend() {
+			o.buf = amqp.AppendHeartbeat(o.buf)
+			o.lastSend.Store(time.Now().UnixNano())
+			o.unlockAppend()
+		}
+	}
+	o.mu.Lock()
+	if !o.closing && !o.failed && o.hbTimer != nil {
+		next := half - time.Duration(time.Now().UnixNano()-o.lastSend.Load())
+		if next < time.Millisecond {
+			next = time.Millisecond
+		}
+		o.hbTimer.Reset(next)
+	}
+	o.mu.Unlock()
 }
 
 // lockAppend locks the buffer for appending; it returns false (and stays unlocked) if the connection
@@ -132,79 +185,102 @@ func (o *outbound) drained() <-chan struct{} {
 func (o *outbound) finish() {
 	o.mu.Lock()
 	o.closing = true
+	if o.hbTimer != nil {
+		o.hbTimer.Stop()
+	}
 	o.mu.Unlock()
 	o.signal()
 }
 
-// run is the writer goroutine. heartbeat 0 disables heartbeat frames.
-func (o *outbound) run(heartbeat time.Duration) {
-	defer close(o.done)
-	var tick <-chan time.Time
-	if heartbeat > 0 {
-		t := time.NewTicker(heartbeat / 2)
-		defer t.Stop()
-		tick = t.C
-	}
-	o.lastSend.Store(time.Now().UnixNano())
+// wait returns a channel closed once every writer goroutine has exited.
+func (o *outbound) wait() <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		o.wg.Wait()
+		close(c)
+	}()
+	return c
+}
+
+// run is a writer goroutine: it writes until the buffer stays empty for writerIdle (or the
+// connection is finishing and everything is written).
+func (o *outbound) run() {
+	defer o.wg.Done()
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
 	for {
-		select {
-		case <-o.kick:
-		case now := <-tick:
-			if now.UnixNano()-o.lastSend.Load() >= int64(heartbeat/2) {
-				if o.lockAppend() {
-					o.buf = amqp.AppendHeartbeat(o.buf)
-					o.unlockAppend()
-				}
-			}
-			continue
-		}
-		for {
-			o.mu.Lock()
-			b := o.buf
-			closing := o.closing
-			if len(b) == 0 {
+		o.mu.Lock()
+		b := o.buf
+		if len(b) == 0 {
+			if o.closing {
+				o.running = false
 				o.mu.Unlock()
-				if closing {
-					return
-				}
-				break
-			}
-			o.buf = o.spare[:0]
-			o.spare = nil
-			o.mu.Unlock()
-
-			_, err := o.nc.Write(b)
-			o.lastSend.Store(time.Now().UnixNano())
-
-			o.mu.Lock()
-			if cap(b) <= spareMax {
-				o.spare = b[:0]
-			}
-			o.pending.Store(int64(len(o.buf)))
-			var wake []*queue.Queue
-			if len(o.buf) < lowWater || err != nil {
-				for q := range o.blocked {
-					wake = append(wake, q)
-				}
-				clear(o.blocked)
-				for _, w := range o.waiters {
-					close(w)
-				}
-				o.waiters = o.waiters[:0]
-			}
-			if err != nil {
-				o.failed = true
-				o.buf = nil
-			}
-			o.mu.Unlock()
-			for _, q := range wake {
-				q.Kick()
-			}
-			if err != nil {
-				// The peer is gone: unblock the reader too.
-				o.nc.Close()
 				return
 			}
+			o.mu.Unlock()
+			idle.Reset(writerIdle)
+			select {
+			case <-o.kick:
+				continue
+			case <-idle.C:
+			}
+			o.mu.Lock()
+			if len(o.buf) == 0 {
+				o.running = false
+				o.mu.Unlock()
+				return
+			}
+			o.mu.Unlock()
+			continue
+		}
+		o.buf = o.spare[:0]
+		o.spare = nil
+		o.mu.Unlock()
+		if err := o.write(b); err != nil {
+			o.mu.Lock()
+			o.running = false
+			o.mu.Unlock()
+			return
 		}
 	}
+}
+
+// write sends b (taken from o.buf by the caller) and does the bookkeeping: the spare buffer, the
+// pending count, waking queues and stream readers that waited for the buffer to drain, and failure.
+func (o *outbound) write(b []byte) error {
+	_, err := o.nc.Write(b)
+	o.lastSend.Store(time.Now().UnixNano())
+
+	o.mu.Lock()
+	if cap(b) <= spareMax {
+		o.spare = b[:0]
+	}
+	o.pending.Store(int64(len(o.buf)))
+	var wake []*queue.Queue
+	if len(o.buf) < lowWater || err != nil {
+		for q := range o.blocked {
+			wake = append(wake, q)
+		}
+		clear(o.blocked)
+		for _, w := range o.waiters {
+			close(w)
+		}
+		o.waiters = o.waiters[:0]
+	}
+	if err != nil {
+		o.failed = true
+		o.buf = nil
+		if o.hbTimer != nil {
+			o.hbTimer.Stop()
+		}
+	}
+	o.mu.Unlock()
+	for _, q := range wake {
+		q.Kick()
+	}
+	if err != nil {
+		// The peer is gone: unblock the reader too.
+		o.nc.Close()
+	}
+	return err
 }

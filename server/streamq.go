@@ -342,7 +342,7 @@ func (ch *channel) consumeStream(m *amqp.BasicConsume, e *queueEntry, tag string
 	}
 	cs := &consumer{ch: ch, tag: tag, entry: e, stream: sc}
 	ch.mu.Lock()
-	ch.consumers[tag] = cs
+	ch.addConsumerLocked(tag, cs)
 	ch.mu.Unlock()
 	sq.mu.Lock()
 	if sq.closed {
