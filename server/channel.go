@@ -75,7 +75,9 @@ type channel struct {
 	asyncConfirms atomic.Int64 // confirms waiting for a commit callback
 	confirmMu     sync.Mutex   // guards acked between the reader and commit callbacks
 
-	rejected bool // the publish being routed was refused by a queue (x-overflow reject-publish)
+	rejected  bool           // the publish being routed was refused by a queue (x-overflow reject-publish)
+	settleBuf []unackedEntry // reused by applySettle
+	idBuf     []uint64       // reused by applySettle
 
 	mu        sync.Mutex
 	revoked   map[uint64]struct{} // delivery tags taken back by a consumer timeout
@@ -165,30 +167,38 @@ func (ch *channel) detach(cs *consumer) {
 		return
 	}
 	if cs.entry.q.RemoveConsumer(cs.id) {
-		ch.c.deleteQueueFromAnyConn(cs.entry)
+		ch.c.deleteQueue(cs.entry)
 	}
 }
 
-// returnEntries hands settled-or-not deliveries back to their queues: requeue or discard.
+// returnEntries hands unacked deliveries back to their queues: requeue or discard.
 func returnEntries(entries []unackedEntry, requeue bool) {
-	for i := 0; i < len(entries); {
-		if entries[i].q == nil {
-			i++ // a stream delivery: nothing goes back
-			continue
-		}
-		q := entries[i].q
-		j := i
-		ids := make([]uint64, 0, 8)
-		for ; j < len(entries) && entries[j].q == q; j++ {
-			ids = append(ids, entries[j].id)
-		}
+	forEachQueue(entries, nil, func(q *queue.Queue, ids []uint64) {
 		if requeue {
 			q.Return(ids)
 		} else {
 			q.Discard(ids)
 		}
-		i = j
+	})
+}
+
+// forEachQueue calls fn once per run of entries from the same queue, with their message ids
+// collected in scratch (reused between runs; fn must not keep it). Stream deliveries have no
+// queue and are skipped. It returns scratch for reuse.
+func forEachQueue(entries []unackedEntry, scratch []uint64, fn func(q *queue.Queue, ids []uint64)) []uint64 {
+	for i := 0; i < len(entries); {
+		q := entries[i].q
+		if q == nil {
+			i++
+			continue
+		}
+		scratch = scratch[:0]
+		for ; i < len(entries) && entries[i].q == q; i++ {
+			scratch = append(scratch, entries[i].id)
+		}
+		fn(q, scratch)
 	}
+	return scratch
 }
 
 // serverCancel removes a consumer whose queue was deleted and tells the client with basic.cancel.
@@ -265,19 +275,8 @@ func (ch *channel) writeDelivery(ctag string, tag uint64, redelivered bool, m *q
 
 // withDeliveryCount returns a copy of m whose headers carry x-delivery-count (redeliveries).
 func withDeliveryCount(m *queue.Message, count uint32) *queue.Message {
-	props, err := amqp.DecodeProperties(m.Props)
-	if err != nil {
-		return m
-	}
-	h := amqp.Table{}
-	for k, v := range props.Headers {
-		h[k] = v
-	}
-	h["x-delivery-count"] = int64(count)
-	props.Headers = h
-	props.Flags = 0
 	cp := *m
-	cp.Props = props.Append(nil)
+	cp.Props = withHeader(m.Props, "x-delivery-count", int64(count))
 	return &cp
 }
 

@@ -117,20 +117,25 @@ func deadLetterCycle(props []byte, target string, reason queue.Reason) bool {
 	return seen
 }
 
-// withoutHeader returns raw properties without one header.
-func withoutHeader(raw []byte, name string) []byte {
+// withHeader returns raw properties with one header set to v, or removed when v is nil. The
+// original bytes are never modified (other queues may share them); undecodable properties come back
+// unchanged.
+func withHeader(raw []byte, name string, v any) []byte {
 	props, err := amqp.DecodeProperties(raw)
 	if err != nil {
 		return raw
 	}
-	if _, ok := props.Headers[name]; !ok {
+	if _, ok := props.Headers[name]; !ok && v == nil {
 		return raw
 	}
-	h := amqp.Table{}
-	for k, v := range props.Headers {
-		if k != name {
-			h[k] = v
-		}
+	h := make(amqp.Table, len(props.Headers)+1)
+	for k, x := range props.Headers {
+		h[k] = x
+	}
+	if v == nil {
+		delete(h, name)
+	} else {
+		h[name] = v
 	}
 	props.Headers = h
 	props.Flags = 0

@@ -77,7 +77,7 @@ func (h *queueHooks) DeadLetter(q *queue.Queue, dead []queue.Dead) {
 		keys = append(keys, d.Msg.BCC...) // routed with, but not recorded in x-death
 		if st.hasDLRK {
 			keys = []string{st.dlrk}
-			msg.Props = withoutHeader(msg.Props, "CC") // as RabbitMQ: the CC keys no longer apply
+			msg.Props = withHeader(msg.Props, "CC", nil) // as RabbitMQ: the CC keys no longer apply
 		}
 		msg.Exchange = st.dlx
 		msg.RoutingKey = keys[0]

@@ -233,7 +233,8 @@ func (v *vhost) recover(s *Server) error {
 			return nil
 		}
 		if e := byID[qid]; e != nil && e.q != nil {
-			e.q.Restore(mid, metas[qid][mid])
+			meta, hasMeta := metas[qid][mid]
+			e.q.Restore(mid, meta, hasMeta)
 			total++
 		} else {
 			orphans[qid]++

@@ -413,9 +413,6 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
 }
 
-// deleteQueueFromAnyConn deletes a queue that lost its last consumer (auto-delete).
-func (c *conn) deleteQueueFromAnyConn(e *queueEntry) { c.deleteQueue(e) }
-
 func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	c := ch.c
 	tag := m.ConsumerTag
@@ -604,7 +601,8 @@ func (ch *channel) settle(a txAck) *amqp.Error {
 }
 
 func (ch *channel) applySettle(a txAck) *amqp.Error {
-	var entries []unackedEntry
+	// The entries and ids buffers are reused: acks run on the reader goroutine, one at a time.
+	entries := ch.settleBuf[:0]
 	ch.mu.Lock()
 	if _, ok := ch.revoked[a.tag]; ok && !a.multiple {
 		// The delivery was taken back when its consumer timed out: nothing to settle.
@@ -614,9 +612,9 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 	}
 	if a.multiple {
 		if a.tag == 0 {
-			entries = ch.unacked.takeAll(nil)
+			entries = ch.unacked.takeAll(entries)
 		} else {
-			entries = ch.unacked.takeUpTo(nil, a.tag)
+			entries = ch.unacked.takeUpTo(entries, a.tag)
 			if len(entries) == 0 && a.tag > ch.nextTag {
 				ch.mu.Unlock()
 				return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", a.tag)
@@ -631,24 +629,24 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 		entries = append(entries, e)
 	}
 	ch.mu.Unlock()
+	used := entries
+	defer func() {
+		clear(used) // drop the queue and consumer pointers
+		if cap(used) <= 4096 {
+			ch.settleBuf = used[:0]
+		}
+	}()
 	ch.releaseGlobal(entries)
-	if entries, err := ch.settleStream(entries, a.kind); err != nil {
+	entries, err := ch.settleStream(entries, a.kind)
+	if err != nil {
 		return err
-	} else if len(entries) == 0 {
+	}
+	if len(entries) == 0 {
 		return nil
 	}
 	switch {
 	case a.kind == 80:
-		for i := 0; i < len(entries); {
-			q := entries[i].q
-			j := i
-			ids := make([]uint64, 0, 8)
-			for ; j < len(entries) && entries[j].q == q; j++ {
-				ids = append(ids, entries[j].id)
-			}
-			q.Settle(ids)
-			i = j
-		}
+		ch.idBuf = forEachQueue(entries, ch.idBuf, (*queue.Queue).Settle)
 	default:
 		returnEntries(entries, a.requeue)
 	}

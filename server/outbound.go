@@ -144,15 +144,6 @@ func (o *outbound) sendFinal(channel uint16, m amqp.Method) {
 	o.unlockAppend()
 }
 
-// sendRaw appends bytes that are already framed (the protocol header on a version mismatch).
-func (o *outbound) sendRaw(b []byte) {
-	if !o.lockAppend() {
-		return
-	}
-	o.buf = append(o.buf, b...)
-	o.unlockAppend()
-}
-
 // full reports whether the connection is over its outbound high-water mark.
 func (o *outbound) full() bool { return o.pending.Load() > highWater }
 

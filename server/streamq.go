@@ -375,7 +375,7 @@ func erlangValue(v any) string {
 // deliverStream writes one stream entry to the client, with its offset in the x-stream-offset header.
 // It returns false when the channel or consumer is gone.
 func (ch *channel) deliverStream(sc *streamConsumer, e *stream.Entry) bool {
-	msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Props: withStreamOffset(e.Props, e.Offset), Body: e.Body}
+	msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Props: withHeader(e.Props, "x-stream-offset", int64(e.Offset)), Body: e.Body}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	cs := ch.consumers[sc.tag]
@@ -386,22 +386,6 @@ func (ch *channel) deliverStream(sc *streamConsumer, e *stream.Entry) bool {
 	ch.unacked.push(unackedEntry{tag: ch.nextTag, id: e.Offset, sc: sc})
 	ch.writeDelivery(sc.tag, ch.nextTag, false, msg)
 	return true
-}
-
-// withStreamOffset adds the x-stream-offset header to raw properties.
-func withStreamOffset(raw []byte, off uint64) []byte {
-	props, err := amqp.DecodeProperties(raw)
-	if err != nil {
-		props = amqp.Properties{}
-	}
-	h := amqp.Table{}
-	for k, v := range props.Headers {
-		h[k] = v
-	}
-	h["x-stream-offset"] = int64(off)
-	props.Headers = h
-	props.Flags = 0
-	return props.Append(nil)
 }
 
 // detachStream stops a stream consumer (cancel or channel close).

@@ -96,9 +96,6 @@ func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error
 	return nil
 }
 
-// deleteRangeChunk is how many keys DeleteRange collects before handing them to the write batch.
-const deleteRangeChunk = 4096
-
 // DeleteRange deletes every key with the prefix and returns how many it deleted. It iterates keys only
 // and deletes through a badger WriteBatch (never DropPrefix, which stalls all writes). It is synchronous.
 // Keys written under the prefix while it runs may survive.

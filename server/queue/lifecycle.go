@@ -556,6 +556,18 @@ func (m *Machine) UnackedInfo(id uint64) (EntryInfo, bool) {
 	return EntryInfo{Flags: u.flags, Priority: u.prio, ExpiresAt: u.deadline, DeliveryCount: u.count, Size: u.size}, true
 }
 
+// SetUnackedFlags replaces the caller's flags of an unacked message (they travel with it when it is
+// returned). It reports false if id is not unacked.
+func (m *Machine) SetUnackedFlags(id uint64, flags uint8) bool {
+	u, ok := m.unacked[id]
+	if !ok {
+		return false
+	}
+	u.flags = flags
+	m.unacked[id] = u
+	return true
+}
+
 // DeadlineFor returns the deadline (Unix ms, 0 = none) that Publish at time now gives a message
 // with the absolute expiry expiresAt (0 = none): the earlier of expiresAt and now + MessageTTL.
 // A deadline <= now means the message is due at once.

@@ -17,6 +17,7 @@ const PrefixTransient byte = 0x04
 const (
 	flagStored uint8 = 1 << iota // persistent message of a durable queue, under storage.PrefixMessage
 	flagPaged                    // transient message paged out, under PrefixTransient
+	flagMeta                     // a stored message that also has a side record (see metaSuffix)
 )
 
 // metaSuffix marks, under storage.PrefixQueueState, the small side record that keeps a stored
@@ -188,10 +189,15 @@ func ParseMeta(key, val []byte) (id uint64, meta RestoredMeta, ok bool) {
 	return id, meta, true
 }
 
-// Restore adds a message recovered from storage at boot (its body stays on disk until delivered).
-func (q *Queue) Restore(id uint64, meta RestoredMeta) {
+// Restore adds a message recovered from storage at boot (its body stays on disk until delivered);
+// hasMeta says whether it has a side record.
+func (q *Queue) Restore(id uint64, meta RestoredMeta, hasMeta bool) {
+	flags := flagStored
+	if hasMeta {
+		flags |= flagMeta
+	}
 	q.mu.Lock()
-	q.m.RestoreAt(id, nil, 0, flagStored, meta.Count, meta.Deadline, meta.Priority)
+	q.m.RestoreAt(id, nil, 0, flags, meta.Count, meta.Deadline, meta.Priority)
 	q.mu.Unlock()
 	if meta.Deadline != 0 {
 		q.Kick() // the dispatcher's timer must learn about the deadline
@@ -223,20 +229,31 @@ func (q *Queue) load(id uint64, flags uint8) (*Message, uint32, bool) {
 
 // forget deletes the stored records of messages that left the queue.
 func (q *Queue) forget(ids []uint64, flags []uint8) {
-	if q.DB == nil {
-		return
-	}
-	var b storage.Batch
+	var b *storage.Batch
 	for i, id := range ids {
-		if flags[i] != 0 {
-			b.Delete(q.recordKey(flags[i], id))
-			if flags[i]&flagStored != 0 {
-				b.Delete(q.metaKey(id))
-			}
-		}
+		b = q.forgetInto(b, id, flags[i])
 	}
-	if b.Len() > 0 {
-		q.DB.Commit(&b, nil)
+	q.commitForget(b)
+}
+
+// forgetInto adds the deletes of one message's records to b (made on first need).
+func (q *Queue) forgetInto(b *storage.Batch, id uint64, flags uint8) *storage.Batch {
+	if q.DB == nil || flags == 0 {
+		return b
+	}
+	if b == nil {
+		b = new(storage.Batch)
+	}
+	b.Delete(q.recordKey(flags, id))
+	if flags&flagMeta != 0 {
+		b.Delete(q.metaKey(id))
+	}
+	return b
+}
+
+func (q *Queue) commitForget(b *storage.Batch) {
+	if b != nil && b.Len() > 0 {
+		q.DB.Commit(b, nil)
 	}
 }
 
@@ -466,6 +483,12 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 			keep = nil
 		}
 	}
+	var deadline int64
+	if flags&flagStored != 0 {
+		if deadline = q.m.DeadlineFor(msg.ExpiresAt, now); deadline != 0 || msg.Priority != 0 {
+			flags |= flagMeta
+		}
+	}
 	id, accepted, dead := q.m.PublishEntry(keep, uint32(len(msg.Body)), flags, msg.Priority, msg.ExpiresAt, now)
 	if !accepted {
 		q.mu.Unlock()
@@ -478,10 +501,8 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 	if flags != 0 {
 		var b storage.Batch
 		b.Set(q.recordKey(flags, id), encodeRecord(nil, msg, 0))
-		if flags&flagStored != 0 {
-			if deadline := q.m.DeadlineFor(msg.ExpiresAt, now); deadline != 0 || msg.Priority != 0 {
-				b.Set(q.metaKey(id), encodeMeta(deadline, msg.Priority, 0))
-			}
+		if flags&flagMeta != 0 {
+			b.Set(q.metaKey(id), encodeMeta(deadline, msg.Priority, 0))
 		}
 		if keep == nil {
 			q.pmu.Lock()
@@ -610,14 +631,14 @@ func (q *Queue) Touch() {
 
 // Settle acknowledges messages.
 func (q *Queue) Settle(ids []uint64) {
-	var flags []uint8
+	var b *storage.Batch
 	q.mu.Lock()
 	for _, id := range ids {
 		fl, _ := q.m.SettleEntry(id)
-		flags = append(flags, fl)
+		b = q.forgetInto(b, id, fl)
 	}
 	q.mu.Unlock()
-	q.forget(ids, flags)
+	q.commitForget(b)
 	q.Kick()
 }
 
@@ -630,6 +651,9 @@ func (q *Queue) Return(ids []uint64) {
 	q.mu.Lock()
 	for _, id := range ids {
 		info, had := q.m.UnackedInfo(id)
+		if had && info.Flags&flagStored != 0 && info.Flags&flagMeta == 0 {
+			q.m.SetUnackedFlags(id, info.Flags|flagMeta) // the new delivery count gets a side record below
+		}
 		d, ok := q.m.ReturnAt(id)
 		if !ok {
 			continue
@@ -727,13 +751,6 @@ func (q *Queue) Counts() (ready, consumers int) {
 	return q.m.Ready(), len(q.consumers)
 }
 
-// InUse reports whether the queue has consumers.
-func (q *Queue) InUse() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.consumers) > 0
-}
-
 // Close deletes the queue: it stops the dispatcher and returns the consumers that were attached, so the
 // caller can tell them (basic.cancel). It returns the number of ready messages dropped.
 func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {
@@ -763,11 +780,4 @@ func (q *Queue) Drop() {
 			q.Logger.Error("cannot delete the records of a deleted queue", "queue", q.Name, "err", err)
 		}
 	}
-}
-
-// Closed reports whether the queue was deleted.
-func (q *Queue) Closed() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.closed
 }
