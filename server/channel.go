@@ -73,7 +73,11 @@ type channel struct {
 	globalInflight atomic.Int64
 
 	asyncConfirms atomic.Int64 // confirms waiting for a commit callback
-	confirmMu     sync.Mutex   // guards acked between the reader and commit callbacks
+	confirmMu     sync.Mutex   // guards acked and waiting between the reader and commit callbacks
+	// waiting lists the publishes whose confirm waits for a callback, in sequence order. Callbacks
+	// may finish out of order (quorum queues commit through Raft, other queues through storage), so a
+	// confirm goes out only when every earlier one has finished.
+	waiting []pendingConfirm
 
 	rejected  bool           // the publish being routed was refused by a queue (x-overflow reject-publish)
 	settleBuf []unackedEntry // reused by applySettle
@@ -85,6 +89,13 @@ type channel struct {
 	nextTag   uint64
 	unacked   unackedList
 	consumers map[string]*consumer
+}
+
+// pendingConfirm is a publish waiting for its queues' callbacks (see channel.waiting).
+type pendingConfirm struct {
+	seq  uint64
+	done bool
+	err  error
 }
 
 // txPublish is a publish buffered inside a transaction.

@@ -32,6 +32,17 @@ type Config struct {
 	// DiskFreeLimit is the free space on the data directory's file system below which publishers
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
+
+	// NodeID names this node in its cluster (default "warren").
+	NodeID string
+	// ClusterListen is the TCP address of the cluster port (Raft and node-to-node traffic); empty
+	// makes a one-node cluster without a port.
+	ClusterListen string
+	// ClusterPeers are the initial members, node id -> cluster address, including this node.
+	ClusterPeers map[string]string
+	// ClusterJoin starts the node without bootstrapping: it waits to be added to a running cluster
+	// (warren cluster add).
+	ClusterJoin bool
 }
 
 // DefaultConfig returns the configuration `warren serve` uses when given no flags.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -15,6 +16,7 @@ const (
 	metaExchange byte = 'e'
 	metaQueue    byte = 'q'
 	metaBinding  byte = 'b'
+	metaIndex    byte = 'i' // the metadata group's last applied index (key "i" alone)
 )
 
 // builtinExchange reports the exchanges every vhost creates by itself; they are never stored.
@@ -71,11 +73,16 @@ func (v *vhost) desiredMeta() map[string][]byte {
 		if !d {
 			continue
 		}
-		want[string(storage.MetaKey(metaQueue, name))] = mustTable(amqp.Table{
-			"id": int64(e.id), "auto_delete": e.autoDel, "arguments": e.args,
-		})
+		rec := amqp.Table{"id": int64(e.id), "auto_delete": e.autoDel, "arguments": e.args}
+		if e.group != 0 {
+			rec["group"], rec["voters"], rec["nonvoters"] = int64(e.group), anys(e.voters), anys(e.nonvoters)
+		}
+		want[string(storage.MetaKey(metaQueue, name))] = mustTable(rec)
 	}
 	v.mu.RUnlock()
+	if i := v.metaApplied.Load(); i != 0 {
+		want[string(storage.MetaKey(metaIndex, ""))] = binary.BigEndian.AppendUint64(nil, i)
+	}
 	for _, b := range v.exchanges.Bindings() {
 		if !durableEx[b.Source] {
 			continue
@@ -137,6 +144,12 @@ func (v *vhost) recover(s *Server) error {
 		if len(key) < 2 {
 			return nil
 		}
+		if key[1] == metaIndex {
+			if len(val) == 8 {
+				v.metaApplied.Store(binary.BigEndian.Uint64(val))
+			}
+			return nil
+		}
 		t, _, err := amqp.DecodeTable(val)
 		if err != nil {
 			return fmt.Errorf("metadata record %q: %w", key, err)
@@ -173,6 +186,12 @@ func (v *vhost) recover(s *Server) error {
 		if aerr != nil {
 			s.log.Warn("stored queue arguments no longer valid; using defaults", "queue", qr.name, "err", aerr.Text)
 			st, _ = parseQueueArgs(qr.name, v.name, nil)
+		}
+		if gid, _ := amqp.AsInt64(qr.t["group"]); gid != 0 {
+			if _, err := s.openQuorum(v, qr.name, args, st, uint64(gid), stringList(qr.t["voters"]), stringList(qr.t["nonvoters"])); err != nil {
+				return fmt.Errorf("open quorum queue %s: %w", qr.name, err)
+			}
+			continue
 		}
 		opts, hooks := s.newQueueOptions(v, qr.name, true, false, ad, st, uint64(id))
 		e := &queueEntry{args: args, v: v, settings: st, hooks: hooks, name: qr.name, durable: true, autoDel: ad, id: uint64(id)}

@@ -81,8 +81,14 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	case *amqp.ExchangeDeclare:
 		return ch.exchangeDeclare(m)
 	case *amqp.ExchangeDelete:
+		x, found := c.vhost.exchanges.Get(m.Exchange)
 		if err := c.vhost.exchanges.Delete(m.Exchange, m.IfUnused); err != nil {
 			return err
+		}
+		if found && x.Durable {
+			if err := c.s.proposeMeta(amqp.Table{"op": "exchange.delete", "vhost": c.vhost.name, "name": m.Exchange}); err != nil {
+				return err
+			}
 		}
 		if err := ch.syncMeta(); err != nil {
 			return err
@@ -93,6 +99,9 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 			Key: m.RoutingKey, Args: m.Arguments}); err != nil {
 			return err
 		}
+		if err := ch.replicateBinding("bind", m.Source, m.Destination, "exchange", m.RoutingKey, m.Arguments); err != nil {
+			return err
+		}
 		if err := ch.syncMeta(); err != nil {
 			return err
 		}
@@ -100,6 +109,9 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	case *amqp.ExchangeUnbind:
 		if err := c.vhost.exchanges.Unbind(exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange,
 			Key: m.RoutingKey, Args: m.Arguments}); err != nil {
+			return err
+		}
+		if err := ch.replicateBinding("unbind", m.Source, m.Destination, "exchange", m.RoutingKey, m.Arguments); err != nil {
 			return err
 		}
 		if err := ch.syncMeta(); err != nil {
@@ -120,7 +132,10 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		if e.stream != nil {
 			return amqp.Errorf(amqp.NotImplemented, "queue.purge not supported by stream queues queue '%s' in vhost '%s'", e.name, c.vhost.name)
 		}
-		n := e.q.Purge()
+		n, perr := e.q.PurgeErr()
+		if perr != nil {
+			return amqp.Errorf(amqp.InternalError, "queue.purge of queue '%s' in vhost '%s' failed: %v", e.name, c.vhost.name, perr)
+		}
 		return ch.reply(m.NoWait, &amqp.QueuePurgeOk{MessageCount: uint32(n)})
 	case *amqp.QueueDelete:
 		return ch.queueDelete(m)
@@ -194,11 +209,34 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		return err
 	}
 	if created && m.Durable {
+		if err := ch.c.s.proposeMeta(amqp.Table{"op": "exchange.declare", "vhost": ch.c.vhost.name, "name": m.Exchange,
+			"type": m.Type, "auto_delete": m.AutoDelete, "internal": m.Internal, "arguments": m.Arguments}); err != nil {
+			ch.c.vhost.exchanges.Delete(m.Exchange, false)
+			return err
+		}
 		if err := ch.syncMeta(); err != nil {
 			return err
 		}
 	}
 	return ch.reply(m.NoWait, &amqp.ExchangeDeclareOk{})
+}
+
+// replicateBinding sends a binding change to the cluster when both ends are replicated (durable
+// exchanges, quorum queues).
+func (ch *channel) replicateBinding(op, source, dest, destType, key string, args amqp.Table) *amqp.Error {
+	v := ch.c.vhost
+	if x, ok := v.exchanges.Get(source); !ok || !x.Durable || builtinExchange(source) && source == "" {
+		return nil
+	}
+	if destType == "exchange" {
+		if x, ok := v.exchanges.Get(dest); !ok || !x.Durable {
+			return nil
+		}
+	} else if e := v.lookupQueue(dest); e == nil || e.group == 0 {
+		return nil
+	}
+	return ch.c.s.proposeMeta(amqp.Table{"op": op, "vhost": v.name, "source": source, "destination": dest,
+		"destination_type": destType, "routing_key": key, "arguments": args})
 }
 
 // syncMeta makes the vhost's durable metadata durable before a reply goes out.
@@ -291,9 +329,25 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		if err == nil && settings.stream {
 			err = checkStreamDeclare(m, name, v.name)
 		}
+		if err == nil && settings.quorum {
+			err = checkReplicatedDeclare(m, name, v.name, "rabbit_quorum_queue")
+		}
 		if err != nil {
 			v.mu.Unlock()
 			return err
+		}
+		if settings.quorum {
+			v.mu.Unlock()
+			if e, err = ch.declareQuorum(name, m.Arguments, settings); err != nil {
+				return err
+			}
+			ch.lastQueue = name
+			if m.NoWait {
+				return nil
+			}
+			ready, consumers := e.counts()
+			c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
+			return nil
 		}
 		id := c.s.nextQueueID.Add(1)
 		opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, id)
@@ -374,6 +428,15 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 	if err != nil {
 		return err
 	}
+	if e.group != 0 {
+		op := "bind"
+		if !bind {
+			op = "unbind"
+		}
+		if err := ch.replicateBinding(op, exName, qname, "queue", key, args); err != nil {
+			return err
+		}
+	}
 	if e.durable && e.owner == nil {
 		if err := ch.syncMeta(); err != nil {
 			return err
@@ -409,6 +472,12 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	if m.IfEmpty && ready > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", name, c.vhost.name)
 	}
+	if e.group != 0 {
+		if err := c.s.proposeMeta(amqp.Table{"op": "queue.delete", "vhost": c.vhost.name, "name": name, "group": int64(e.group)}); err != nil {
+			return err
+		}
+		return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(ready)})
+	}
 	n := c.deleteQueue(e)
 	return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
 }
@@ -435,6 +504,9 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if e.stream != nil {
 		return ch.consumeStream(m, e, tag)
 	}
+	if e.group != 0 && ch.globalLimit.Load() > 0 {
+		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", e.name, c.vhost.name)
+	}
 	priority := int32(0)
 	if v, ok := m.Arguments["x-priority"]; ok {
 		n, ok := amqp.AsInt64(v)
@@ -460,6 +532,9 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		ch.mu.Unlock()
 		if err == queue.ErrQueueDeleted {
 			return ch.queueNotFound(e.q.Name)
+		}
+		if errors.Is(err, queue.ErrNoQuorum) {
+			return amqp.Errorf(amqp.InternalError, "cannot consume from quorum queue '%s' in vhost '%s': %v", e.q.Name, c.vhost.name, err)
 		}
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", e.q.Name, c.vhost.name)
 	}
@@ -528,7 +603,10 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if e.stream != nil {
 		return amqp.Errorf(amqp.NotImplemented, "basic.get not supported by stream queues queue '%s' in vhost '%s'", e.name, ch.c.vhost.name)
 	}
-	d, remaining, ok := e.q.Get(m.NoAck)
+	d, remaining, ok, gerr := e.q.GetFrom(m.NoAck, ch.c.s.tag)
+	if gerr != nil {
+		return amqp.Errorf(amqp.InternalError, "basic.get on queue '%s' in vhost '%s' failed: %v", e.name, ch.c.vhost.name, gerr)
+	}
 	if !ok {
 		ch.c.out.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
@@ -800,7 +878,7 @@ func (ch *channel) publishComplete() *amqp.Error {
 		// Some queue writes to disk: the confirm goes out from the commit callback.
 		if ch.confirm {
 			cg.confirm = true
-			ch.asyncConfirms.Add(1)
+			ch.awaitConfirm(cg.seq)
 		}
 		cg.finish(nil)
 		return nil
@@ -813,8 +891,8 @@ func (ch *channel) publishComplete() *amqp.Error {
 	}
 	if ch.asyncConfirms.Load() > 0 {
 		// Earlier confirms still wait for the disk: keep the order by queueing behind them.
-		ch.asyncConfirms.Add(1)
 		seq := ch.publishSeq
+		ch.awaitConfirm(seq)
 		var nackErr error
 		if rejected {
 			nackErr = errConfirmFailed
@@ -878,33 +956,60 @@ func (g *confirmGroup) finish(err error) {
 
 var errConfirmFailed = errors.New("a queue write failed")
 
-// confirmAsync confirms (or nacks, when the write failed) a publish from a commit callback. The
-// committer runs callbacks in submission order, so confirms stay in sequence.
+// awaitConfirm registers a publish whose confirm will come from confirmAsync (reader goroutine).
+func (ch *channel) awaitConfirm(seq uint64) {
+	ch.asyncConfirms.Add(1)
+	ch.confirmMu.Lock()
+	ch.waiting = append(ch.waiting, pendingConfirm{seq: seq})
+	ch.confirmMu.Unlock()
+}
+
+// confirmAsync confirms (or nacks, when the write failed) a publish from a commit callback. Confirms
+// go out in sequence: one that finishes before an earlier one waits for it.
 func (ch *channel) confirmAsync(seq uint64, err error) {
 	ch.asyncConfirms.Add(-1)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.closed {
-		return
-	}
 	ch.confirmMu.Lock()
 	defer ch.confirmMu.Unlock()
-	if seq <= ch.acked {
+	for i := range ch.waiting {
+		if ch.waiting[i].seq == seq {
+			ch.waiting[i].done, ch.waiting[i].err = true, err
+			break
+		}
+	}
+	n := 0
+	for n < len(ch.waiting) && ch.waiting[n].done {
+		n++
+	}
+	ready := ch.waiting[:n]
+	ch.waiting = ch.waiting[n:]
+	if ch.closed || len(ready) == 0 {
 		return
 	}
 	o := ch.c.out
 	if !o.lockAppend() {
 		return
 	}
-	if err != nil {
-		if seq-ch.acked > 1 {
-			o.buf = amqp.AppendBasicAck(o.buf, ch.id, seq-1, seq-1-ch.acked > 1)
+	var lastOK uint64
+	for _, p := range ready {
+		if p.seq <= ch.acked {
+			continue
 		}
-		o.buf = amqp.AppendBasicNack(o.buf, ch.id, seq, false, false)
-	} else {
-		o.buf = amqp.AppendBasicAck(o.buf, ch.id, seq, seq-ch.acked > 1)
+		if p.err == nil {
+			lastOK = p.seq
+			continue
+		}
+		if p.seq-ch.acked > 1 {
+			o.buf = amqp.AppendBasicAck(o.buf, ch.id, p.seq-1, p.seq-1-ch.acked > 1)
+		}
+		o.buf = amqp.AppendBasicNack(o.buf, ch.id, p.seq, false, false)
+		ch.acked = p.seq
 	}
-	ch.acked = seq
+	if lastOK > ch.acked {
+		o.buf = amqp.AppendBasicAck(o.buf, ch.id, lastOK, lastOK-ch.acked > 1)
+		ch.acked = lastOK
+	}
 	o.unlockAppend()
 }
 

@@ -104,6 +104,8 @@ type queueSettings struct {
 	consumerTimeout int64 // ms; -1 = the server default
 
 	stream          bool // x-queue-type=stream
+	quorum          bool // x-queue-type=quorum
+	groupSize       int  // x-quorum-initial-group-size; 0 = default (3)
 	maxAge          time.Duration
 	maxSegmentBytes int64
 }
@@ -243,9 +245,21 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		case "stream":
 			st.stream = true
 		case "quorum":
-			return st, invalid("x-queue-type", "queue type '%s' is not supported by this Warren version", t)
+			st.quorum = true
 		default:
 			return st, invalid("x-queue-type", "\"unsupported queue type '%s'\"", t)
+		}
+	}
+	if st.quorum {
+		if _, set := args["x-delivery-limit"]; !set {
+			st.deliveryLimit = defaultQuorumDeliveryLimit
+		} else if st.deliveryLimit < 0 {
+			st.deliveryLimit = -1
+		}
+		if n, ok, err := integer("x-quorum-initial-group-size", false); err != nil {
+			return st, err
+		} else if ok {
+			st.groupSize = int(min(n, 255))
 		}
 	}
 	if st.stream {
@@ -281,11 +295,28 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	return st, nil
 }
 
-// checkStreamDeclare refuses what streams cannot be, with RabbitMQ's texts.
+// defaultQuorumDeliveryLimit is RabbitMQ 4.x's delivery limit of quorum queues.
+const defaultQuorumDeliveryLimit = 20
+
+// checkStreamDeclare refuses what streams (and quorum queues: kind "rabbit_quorum_queue") cannot be,
+// with RabbitMQ's texts.
 func checkStreamDeclare(m *amqp.QueueDeclare, name, vhost string) *amqp.Error {
+	return checkReplicatedDeclare(m, name, vhost, "rabbit_stream_queue")
+}
+
+func checkReplicatedDeclare(m *amqp.QueueDeclare, name, vhost, kind string) *amqp.Error {
+	if kind == "rabbit_quorum_queue" && m.Queue != "" {
+		// RabbitMQ checks a quorum queue's properties in this order.
+		switch {
+		case m.AutoDelete:
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'auto-delete' for queue '%s' in vhost '%s'", name, vhost)
+		case m.Exclusive:
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'exclusive-owner' for queue '%s' in vhost '%s'", name, vhost)
+		}
+	}
 	switch {
 	case m.Queue == "":
-		return amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type rabbit_stream_queue")
+		return amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type %s", kind)
 	case !m.Durable:
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for queue '%s' in vhost '%s'", name, vhost)
 	case m.Exclusive:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/server/cluster"
 	"warren/storage"
 )
 
@@ -40,6 +41,11 @@ type Server struct {
 
 	db     *storage.DB
 	alarms *alarms
+
+	node  *cluster.Node  // the cluster layer (a one-node cluster unless configured)
+	meta  *cluster.Group // the metadata group
+	tag   uint16         // this node's tag in consumer ids
+	epoch uint16         // this boot's tag in consumer ids
 
 	started     time.Time
 	janitor     chan *queueEntry // queues to delete off their own goroutines
@@ -89,14 +95,23 @@ func New(cfg Config) (*Server, error) {
 		janitor:     make(chan *queueEntry, 64),
 		janitorQuit: make(chan struct{}),
 	}
+	if err := s.startCluster(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	s.wg.Add(1)
 	go s.runJanitor()
 	v := newVhost("/", db)
 	s.vhosts = map[string]*vhost{"/": v}
-	if err := v.recover(s); err != nil {
+	err = v.recover(s)
+	if err == nil {
+		err = s.startMeta()
+	}
+	if err != nil {
 		close(s.janitorQuit)
 		s.wg.Wait()
 		v.close()
+		s.node.Close()
 		db.Close()
 		return nil, fmt.Errorf("recover %s: %w", cfg.DataDir, err)
 	}
@@ -212,6 +227,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for _, v := range s.vhosts {
 		v.close()
+	}
+	if cerr := s.node.Close(); cerr != nil {
+		s.log.Warn("cannot stop the cluster layer cleanly", "err", cerr)
 	}
 	st := s.db.Stats()
 	s.log.Info("storage totals", "commits", st.Batches, "transactions_fsynced", st.Txns, "operations", st.Ops,

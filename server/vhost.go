@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"warren/amqp"
 	"warren/exchange"
@@ -22,6 +23,8 @@ type vhost struct {
 	db        *storage.DB
 	metaMu    sync.Mutex        // serialises syncMeta
 	persisted map[string][]byte // metadata records on disk, by key
+	// metaApplied is the last metadata-group index whose changes are in the records on disk.
+	metaApplied atomic.Uint64
 }
 
 // queueEntry is a declared queue plus what the server needs to know about it.
@@ -37,6 +40,12 @@ type queueEntry struct {
 	v        *vhost
 	settings queueSettings
 	hooks    *queueHooks
+
+	// Quorum queues: the Raft group and its initial members; 0 for other queues.
+	group     uint64
+	voters    []string
+	nonvoters []string
+	rep       *groupReplicator
 }
 
 func newVhost(name string, db *storage.DB) *vhost {

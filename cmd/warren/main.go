@@ -2,6 +2,7 @@
 //
 //	warren serve [--amqp-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
 //	warren version
+//	warren cluster [status|add|remove] --server HOST:PORT
 //	warren perf [run|bench] [flags]
 //	warren dlq redrive --uri URI --queue DLQ [--to QUEUE] [--limit N] [--dry-run]
 //
@@ -11,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,11 +20,13 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"warren/cmd/warren/internal/clustercmd"
 	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
@@ -85,6 +89,27 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						EnvVars: []string{"WARREN_CONSUMER_TIMEOUT"},
 					},
 					&cli.StringFlag{
+						Name:    "node-id",
+						Usage:   "`ID` of this node in its cluster",
+						Value:   "warren",
+						EnvVars: []string{"WARREN_NODE_ID"},
+					},
+					&cli.StringFlag{
+						Name:    "cluster-listen",
+						Usage:   "TCP `ADDRESS` of the cluster port (Raft and node-to-node traffic); empty = a one-node cluster without a port",
+						EnvVars: []string{"WARREN_CLUSTER_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "cluster-peers",
+						Usage:   "initial cluster members as `id1=host:port,id2=host:port,...`, this node included",
+						EnvVars: []string{"WARREN_CLUSTER_PEERS"},
+					},
+					&cli.BoolFlag{
+						Name:    "cluster-join",
+						Usage:   "start without bootstrapping and wait to be added with `warren cluster add`",
+						EnvVars: []string{"WARREN_CLUSTER_JOIN"},
+					},
+					&cli.StringFlag{
 						Name:  "cpu-profile",
 						Usage: "write a Go CPU profile of the whole run to `FILE` (for go tool pprof)",
 					},
@@ -113,6 +138,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						return fmt.Errorf("--disk-free-limit: %w", err)
 					}
 					cfg.ConsumerTimeout = c.Duration("consumer-timeout")
+					cfg.NodeID = c.String("node-id")
+					cfg.ClusterListen = c.String("cluster-listen")
+					cfg.ClusterJoin = c.Bool("cluster-join")
+					if cfg.ClusterPeers, err = parsePeers(c.String("cluster-peers")); err != nil {
+						return err
+					}
+					if len(cfg.ClusterPeers) > 0 {
+						if _, ok := cfg.ClusterPeers[cfg.NodeID]; !ok {
+							return fmt.Errorf("--cluster-peers must include this node (%s)", cfg.NodeID)
+						}
+						if cfg.ClusterListen == "" {
+							return errors.New("--cluster-peers needs --cluster-listen")
+						}
+					}
 					cfg.Logger = logger
 					if path := c.String("cpu-profile"); path != "" {
 						f, err := os.Create(path)
@@ -136,10 +175,30 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return err
 				},
 			},
+			clustercmd.Command(),
 			perf.Command(),
 			dlq.Command(),
 		},
 	}
+}
+
+// parsePeers reads --cluster-peers: id1=host:port,id2=host:port,...
+func parsePeers(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	peers := make(map[string]string)
+	for _, p := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--cluster-peers: %q is not id=host:port", p)
+		}
+		if _, dup := peers[id]; dup {
+			return nil, fmt.Errorf("--cluster-peers: node %q listed twice", id)
+		}
+		peers[id] = addr
+	}
+	return peers, nil
 }
 
 // parseSize reads a byte count with an optional unit: 50000000, 50MB, 2GB, 512MiB.

@@ -118,6 +118,8 @@ type Queue struct {
 	// pending holds bodies of paged messages whose record is not yet committed.
 	pmu     sync.Mutex
 	pending map[uint64]*Message
+
+	r *replState // set for a replicated (quorum) queue: see replicated.go
 }
 
 // New creates a queue and starts its dispatcher. Close stops it.
@@ -464,6 +466,9 @@ const (
 // visible, so a later ack's delete can never overtake it; done is then called once it is durable and
 // async is true. Otherwise done is not called.
 func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, async bool) {
+	if q.r != nil {
+		return q.rPublish(msg, done)
+	}
 	now := nowMs()
 	q.mu.Lock()
 	if q.closed {
@@ -577,6 +582,9 @@ const ErrQueueDeleted = consumeError("queue deleted")
 // AddConsumer attaches a consumer. onAdded, if not nil, runs under the queue lock once the consumer is
 // accepted and before any delivery to it (the server sends basic.consume-ok from it).
 func (q *Queue) AddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdded func()) error {
+	if q.r != nil {
+		return q.rAddConsumer(spec, exclusive, c, onAdded)
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -603,6 +611,9 @@ func (q *Queue) AddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdd
 // RemoveConsumer detaches a consumer; its unacked messages stay unacked. It reports whether the queue
 // should now be auto-deleted (auto-delete queue that had consumers and has none left).
 func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
+	if q.r != nil {
+		return q.rRemoveConsumer(id)
+	}
 	q.mu.Lock()
 	defer q.Kick()
 	defer q.mu.Unlock()
@@ -631,6 +642,10 @@ func (q *Queue) Touch() {
 
 // Settle acknowledges messages.
 func (q *Queue) Settle(ids []uint64) {
+	if q.r != nil {
+		q.propose(idsCmd(cmdSettle, ids))
+		return
+	}
 	var b *storage.Batch
 	q.mu.Lock()
 	for _, id := range ids {
@@ -646,6 +661,10 @@ func (q *Queue) Settle(ids []uint64) {
 // dead-lettered instead. A persistent message's new delivery count is stored, so the limit holds
 // across restarts.
 func (q *Queue) Return(ids []uint64) {
+	if q.r != nil {
+		q.propose(idsCmd(cmdReturn, ids))
+		return
+	}
 	var dead []Dead
 	var b storage.Batch
 	q.mu.Lock()
@@ -675,6 +694,10 @@ func (q *Queue) Return(ids []uint64) {
 
 // Discard drops messages that were rejected without requeue (dead-lettering them).
 func (q *Queue) Discard(ids []uint64) {
+	if q.r != nil {
+		q.propose(idsCmd(cmdDiscard, ids))
+		return
+	}
 	var dead []Dead
 	q.mu.Lock()
 	for _, id := range ids {
@@ -689,6 +712,10 @@ func (q *Queue) Discard(ids []uint64) {
 
 // Get implements basic.get. It returns the delivery, the number of messages still ready, and ok.
 func (q *Queue) Get(noAck bool) (Delivery, int, bool) {
+	if q.r != nil {
+		d, n, ok, _ := q.rGet(noAck, 0)
+		return d, n, ok
+	}
 	for {
 		now := nowMs()
 		q.mu.Lock()
@@ -729,6 +756,10 @@ func (q *Queue) Get(noAck bool) (Delivery, int, bool) {
 
 // Purge removes ready messages and returns how many.
 func (q *Queue) Purge() int {
+	if q.r != nil {
+		n, _ := q.PurgeErr()
+		return n
+	}
 	var ids []uint64
 	var flags []uint8
 	q.mu.Lock()
@@ -748,6 +779,9 @@ func (q *Queue) Purge() int {
 func (q *Queue) Counts() (ready, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.r != nil {
+		return q.m.Ready(), q.m.Consumers() // every node's consumers
+	}
 	return q.m.Ready(), len(q.consumers)
 }
 

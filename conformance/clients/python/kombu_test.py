@@ -511,5 +511,140 @@ class KombuTest(unittest.TestCase):
         self.assertEqual(cm.exception.reply_code, 406)
 
 
+    # quorum queues: x-queue-type quorum, durable only. RabbitMQ 3.10 puts a requeued message at
+    # the tail of a quorum queue, so the requeue tests use one message each. Redeliveries carry
+    # x-delivery-count; past x-delivery-limit a message is dead-lettered with reason
+    # delivery_limit (limit 1: delivered twice, dead-lettered on the second return). py-amqp has
+    # no basic.nack, so requeueing is Message.requeue() (basic.reject requeue=True).
+
+    def quorum(self, **arguments):
+        """Declares a durable quorum queue (deleted at cleanup) with the given x-arguments;
+        returns its kombu Queue, unbound."""
+        arguments["x-queue-type"] = "quorum"
+        q = Queue(unique("quorum"), durable=True, queue_arguments=arguments)
+        name, count, consumers = q(self.ch).queue_declare()
+        self.assertEqual((name, count, consumers), (q.name, 0, 0))
+        self.addCleanup(self._delete_queue, q.name)
+        return q
+
+    def quorum_publish(self, name, payloads, **kwargs):
+        """Publishes persistent messages with publisher confirms (each publish waits for its
+        basic.ack)."""
+        conn = Connection(broker_url(), transport_options={"confirm_publish": True})
+        try:
+            producer = Producer(conn.channel(), serializer="json")
+            for payload in payloads:
+                producer.publish(payload, routing_key=name, delivery_mode=2, **kwargs)
+        finally:
+            conn.release()
+
+    def quorum_consumer(self, q, prefetch):
+        """A Consumer with basic.qos prefetch and manual acks on a channel of its own; returns it
+        and a list that fills with the messages."""
+        got = []
+        consumer = Consumer(self.conn.channel(), queues=[q], accept=["json"],
+                            callbacks=[lambda body, message: got.append(message)])
+        consumer.qos(prefetch_count=prefetch)
+        consumer.consume()
+        return consumer, got
+
+    def test_quorum_confirms_prefetch_ack(self):
+        q = self.quorum()
+        self.quorum_publish(q.name, range(5))
+        self.assertEqual(self.ready_count(q(self.ch)), 5)
+        consumer, got = self.quorum_consumer(q, 2)
+        self.drain(got, 2)
+        self.drain_quietly(0.3)
+        self.assertEqual(len(got), 2, "prefetch 2 must stop at 2 unacked messages")
+        got[1].ack(multiple=True)
+        self.drain(got, 4)
+        self.drain_quietly(0.3)
+        self.assertEqual(len(got), 4)
+        got[3].ack(multiple=True)
+        self.drain(got, 5)
+        got[4].ack()
+        self.assertEqual([m.payload for m in got], [0, 1, 2, 3, 4])
+        self.assertFalse(any(m.delivery_info["redelivered"] for m in got))
+        # Closing the channel would requeue anything unacked: the acks emptied the queue.
+        consumer.channel.close()
+        self.assertEqual(self.ready_count(q(self.ch)), 0)
+
+    def test_quorum_redelivery_count(self):
+        q = self.quorum()
+        self.quorum_publish(q.name, ["m"])
+        consumer, got = self.quorum_consumer(q, 1)
+        self.drain(got, 1)
+        self.assertFalse(got[0].delivery_info["redelivered"])
+        got[0].requeue()
+        self.drain(got, 2)
+        self.assertTrue(got[1].delivery_info["redelivered"])
+        self.assertEqual(got[1].payload, "m")
+        self.assertEqual(got[1].headers["x-delivery-count"], 1)
+        got[1].requeue()
+        self.drain(got, 3)
+        self.assertTrue(got[2].delivery_info["redelivered"])
+        self.assertEqual(got[2].headers["x-delivery-count"], 2)
+        got[2].ack()
+        consumer.channel.close()
+        self.assertEqual(self.ready_count(q(self.ch)), 0)
+
+    def test_quorum_delivery_limit_dead_letters(self):
+        # The default exchange as DLX, with x-dead-letter-routing-key naming the DLQ.
+        dlq = self.queue("dlq")
+        q = self.quorum(**{"x-delivery-limit": 1, "x-dead-letter-exchange": "",
+                           "x-dead-letter-routing-key": dlq.name})
+        self.quorum_publish(q.name, [{"job": "poison"}], headers={"keep": "me"})
+        consumer, got = self.quorum_consumer(q, 1)
+        self.drain(got, 1)
+        got[0].requeue()
+        self.drain(got, 2)
+        self.assertEqual(got[1].headers["x-delivery-count"], 1)
+        got[1].requeue()
+        message = self.get(dlq, no_ack=True)
+        self.assertEqual(message.payload, {"job": "poison"})
+        self.assertEqual(message.delivery_info["routing_key"], dlq.name)
+        self.assertEqual(as_str(message.headers["keep"]), "me")
+        self.assert_death(message, q.name, "delivery_limit")
+        death = message.headers["x-death"][0]
+        self.assertEqual(as_str(death["exchange"]), "")
+        self.assertEqual([as_str(k) for k in death["routing-keys"]], [q.name])
+        self.assertNotIn("x-delivery-count", message.headers)
+        self.drain_quietly(0.2)
+        self.assertEqual(len(got), 2, "a dead-lettered message is not delivered again")
+        consumer.channel.close()
+        self.assertEqual(self.ready_count(q(self.ch)), 0)
+
+    def test_quorum_non_durable_refused(self):
+        q = Queue(unique("quorum"), durable=False, queue_arguments={"x-queue-type": "quorum"})
+        with self.assertRaises(amqp.exceptions.PreconditionFailed) as cm:
+            q(self.ch).declare()
+        self.assertEqual(cm.exception.reply_code, 406)
+        self.assertTrue(cm.exception.reply_text.startswith(
+            "PRECONDITION_FAILED - invalid property 'non-durable' for queue '%s'" % q.name),
+            cm.exception.reply_text)
+        with self.assertRaises(amqp.exceptions.NotFound):
+            q(self.conn.channel()).queue_declare(passive=True)
+
+    def test_quorum_exclusive_auto_delete_server_named_refused(self):
+        name = unique("quorum")
+        arguments = {"x-queue-type": "quorum"}
+        # kombu makes an exclusive Queue auto-delete too, and RabbitMQ names auto-delete first.
+        for kwargs in (dict(auto_delete=True), dict(exclusive=True)):
+            q = Queue(name, durable=True, queue_arguments=arguments, **kwargs)
+            with self.assertRaises(amqp.exceptions.PreconditionFailed) as cm:
+                q(self.conn.channel()).declare()
+            self.assertTrue(cm.exception.reply_text.startswith(
+                "PRECONDITION_FAILED - invalid property 'auto-delete'"), cm.exception.reply_text)
+        # Exclusive alone, through py-amqp's channel (whose auto_delete defaults to True).
+        with self.assertRaises(amqp.exceptions.PreconditionFailed) as cm:
+            self.conn.channel().queue_declare(name, durable=True, exclusive=True,
+                                              auto_delete=False, arguments=arguments)
+        self.assertTrue(cm.exception.reply_text.startswith(
+            "PRECONDITION_FAILED - invalid property 'exclusive-owner'"), cm.exception.reply_text)
+        with self.assertRaises(amqp.exceptions.PreconditionFailed) as cm:
+            self.conn.channel().queue_declare("", durable=True, arguments=arguments)
+        self.assertEqual(cm.exception.reply_code, 406)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -603,5 +603,128 @@ class PikaTest(unittest.TestCase):
         self.assertIn("PRECONDITION_FAILED", cm.exception.reply_text)
 
 
+    # quorum queues: x-queue-type quorum, durable only. RabbitMQ 3.10 puts a requeued message at
+    # the tail of a quorum queue, so the requeue tests use one message each. Redeliveries carry
+    # x-delivery-count; past x-delivery-limit a message is dead-lettered with reason
+    # delivery_limit (limit 1: delivered twice, dead-lettered on the second return).
+
+    def quorum(self, **arguments):
+        """Declares a durable quorum queue (deleted at cleanup) with the given x-arguments."""
+        name = unique("quorum")
+        arguments["x-queue-type"] = "quorum"
+        ok = self.ch.queue_declare(name, durable=True, arguments=arguments)
+        self.assertEqual(ok.method.queue, name)
+        self.addCleanup(self._delete_queue, name)
+        return name
+
+    def quorum_consume(self, queue, prefetch):
+        """Consumes queue with manual acks and basic.qos prefetch on a channel of its own;
+        returns the channel and a list that fills with (method, properties, body)."""
+        ch = self.conn.channel()
+        ch.basic_qos(prefetch_count=prefetch)
+        got = []
+        ch.basic_consume(queue, lambda channel, m, p, b: got.append((m, p, b)))
+        return ch, got
+
+    def test_quorum_confirms_prefetch_ack(self):
+        q = self.quorum()
+        self.ch.confirm_delivery()
+        for i in range(5):
+            self.publish(q, str(i).encode(), properties=pika.BasicProperties(delivery_mode=2))
+        self.assertEqual(self.ready_count(q), 5)
+        ch, got = self.quorum_consume(q, 2)
+        self.drain(got, 2)
+        self.conn.process_data_events(time_limit=0.3)
+        self.assertEqual(len(got), 2, "prefetch 2 must stop at 2 unacked deliveries")
+        ch.basic_ack(got[1][0].delivery_tag, multiple=True)
+        self.drain(got, 4)
+        self.conn.process_data_events(time_limit=0.3)
+        self.assertEqual(len(got), 4)
+        ch.basic_ack(got[3][0].delivery_tag, multiple=True)
+        self.drain(got, 5)
+        ch.basic_ack(got[4][0].delivery_tag)
+        self.assertEqual([b for _, _, b in got], [str(i).encode() for i in range(5)])
+        self.assertFalse(any(m.redelivered for m, _, _ in got))
+        # Closing the channel would requeue anything unacked: the acks emptied the queue.
+        ch.close()
+        self.assertEqual(self.ready_count(q), 0)
+
+    def test_quorum_redelivery_count(self):
+        q = self.quorum()
+        self.ch.confirm_delivery()
+        self.publish(q, b"m", properties=pika.BasicProperties(delivery_mode=2))
+        ch, got = self.quorum_consume(q, 1)
+        self.drain(got, 1)
+        self.assertFalse(got[0][0].redelivered)
+        ch.basic_nack(got[0][0].delivery_tag, requeue=True)
+        self.drain(got, 2)
+        method, props, body = got[1]
+        self.assertTrue(method.redelivered)
+        self.assertEqual(body, b"m")
+        self.assertEqual(props.headers["x-delivery-count"], 1)
+        ch.basic_reject(method.delivery_tag, requeue=True)
+        self.drain(got, 3)
+        method, props, body = got[2]
+        self.assertTrue(method.redelivered)
+        self.assertEqual(props.headers["x-delivery-count"], 2)
+        ch.basic_ack(method.delivery_tag)
+        ch.close()
+        self.assertEqual(self.ready_count(q), 0)
+
+    def test_quorum_delivery_limit_dead_letters(self):
+        dlx = unique("dlx")
+        self.ch.exchange_declare(dlx, exchange_type="fanout", auto_delete=True)
+        dlq = self.queue("dlq")
+        self.ch.queue_bind(dlq, dlx)
+        q = self.quorum(**{"x-delivery-limit": 1, "x-dead-letter-exchange": dlx})
+        self.ch.confirm_delivery()
+        self.publish(q, b"poison", properties=pika.BasicProperties(
+            delivery_mode=2, headers={"keep": "me"}))
+        ch, got = self.quorum_consume(q, 1)
+        self.drain(got, 1)
+        ch.basic_nack(got[0][0].delivery_tag, requeue=True)
+        self.drain(got, 2)
+        self.assertEqual(got[1][1].headers["x-delivery-count"], 1)
+        ch.basic_nack(got[1][0].delivery_tag, requeue=True)
+        method, props, body = self.get(dlq, auto_ack=True)
+        self.assertEqual(body, b"poison")
+        self.assertEqual(method.routing_key, q)
+        self.assertEqual(as_str(props.headers["keep"]), "me")
+        self.assert_death(props, q, "delivery_limit")
+        self.assertNotIn("x-delivery-count", props.headers)
+        self.conn.process_data_events(time_limit=0.2)
+        self.assertEqual(len(got), 2, "a dead-lettered message is not delivered again")
+        ch.close()
+        self.assertEqual(self.ready_count(q), 0)
+
+    def test_quorum_non_durable_refused(self):
+        name = unique("quorum")
+        with self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+            self.ch.queue_declare(name, durable=False, arguments={"x-queue-type": "quorum"})
+        self.assertEqual(cm.exception.reply_code, 406)
+        self.assertTrue(cm.exception.reply_text.startswith(
+            "PRECONDITION_FAILED - invalid property 'non-durable' for queue '%s'" % name),
+            cm.exception.reply_text)
+        with self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+            self.conn.channel().queue_declare(name, passive=True)
+        self.assertEqual(cm.exception.reply_code, 404)
+
+    def test_quorum_exclusive_auto_delete_server_named_refused(self):
+        name = unique("quorum")
+        for kwargs, prefix in (
+                (dict(exclusive=True), "PRECONDITION_FAILED - invalid property 'exclusive-owner'"),
+                (dict(auto_delete=True), "PRECONDITION_FAILED - invalid property 'auto-delete'")):
+            with self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+                self.conn.channel().queue_declare(
+                    name, durable=True, arguments={"x-queue-type": "quorum"}, **kwargs)
+            self.assertEqual(cm.exception.reply_code, 406)
+            self.assertTrue(cm.exception.reply_text.startswith(prefix), cm.exception.reply_text)
+        with self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+            self.conn.channel().queue_declare("", durable=True, arguments={"x-queue-type": "quorum"})
+        self.assertEqual(cm.exception.reply_code, 406)
+        self.assertTrue(cm.exception.reply_text.startswith("PRECONDITION_FAILED"),
+                        cm.exception.reply_text)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -644,4 +644,135 @@ class BunnyTest < Minitest::Test
     wait_until('channel closed') { ch.closed? }
     assert @conn.open?, 'a channel error leaves the connection open'
   end
+
+  # quorum queues: x-queue-type quorum, durable only. RabbitMQ 3.10 puts a requeued message at the
+  # tail of a quorum queue, so the requeue tests use one message each. Redeliveries carry
+  # x-delivery-count; past x-delivery-limit a message is dead-lettered with reason delivery_limit
+  # (limit 1: delivered twice, dead-lettered on the second return).
+
+  QUORUM_ARGS = { 'x-queue-type' => 'quorum' }.freeze
+
+  # Declares a durable quorum queue (deleted in teardown) with the given extra x-arguments;
+  # returns its name.
+  def quorum(arguments = {})
+    name = unique('quorum')
+    q = @ch.queue(name, durable: true, arguments: QUORUM_ARGS.merge(arguments))
+    assert_equal name, q.name
+    (@durable_queues ||= []) << name
+    name
+  end
+
+  # Publishes persistent messages with publisher confirms and waits for them all.
+  def quorum_publish(name, bodies, **properties)
+    ch = @conn.create_channel
+    ch.confirm_select
+    bodies.each { |body| ch.default_exchange.publish(body, routing_key: name, persistent: true, **properties) }
+    assert ch.wait_for_confirms, 'every message confirmed positively'
+    ch.close
+  end
+
+  # Subscribes with manual acks and a prefetch on a channel of its own. Returns the channel and
+  # Deliveries of [delivery_info, properties, body].
+  def quorum_consume(name, prefetch)
+    ch = @conn.create_channel
+    ch.prefetch(prefetch)
+    got = Deliveries.new
+    ch.queue(name, durable: true, arguments: QUORUM_ARGS, no_declare: true)
+      .subscribe(manual_ack: true) { |info, props, body| got << [info, props, body] }
+    [ch, got]
+  end
+
+  def test_quorum_confirms_prefetch_ack
+    name = quorum
+    quorum_publish(name, %w[0 1 2 3 4])
+    assert_equal 5, ready_count(name)
+    ch, got = quorum_consume(name, 2)
+    wait_until('two deliveries') { got.size == 2 }
+    sleep 0.3
+    assert_equal 2, got.size, 'prefetch 2 must stop at 2 unacked deliveries'
+    ch.ack(got.to_a[1][0].delivery_tag, true)
+    wait_until('four deliveries') { got.size == 4 }
+    sleep 0.3
+    assert_equal 4, got.size
+    ch.ack(got.to_a[3][0].delivery_tag, true)
+    wait_until('all five') { got.size == 5 }
+    ch.ack(got.to_a[4][0].delivery_tag)
+    assert_equal %w[0 1 2 3 4], got.to_a.map { |_, _, body| body }
+    assert(got.to_a.none? { |info, _, _| info.redelivered? })
+    # Closing the channel would requeue anything unacked: the acks emptied the queue.
+    ch.close
+    assert_equal 0, ready_count(name)
+  end
+
+  def test_quorum_redelivery_count
+    name = quorum
+    quorum_publish(name, ['m'])
+    ch, got = quorum_consume(name, 1)
+    wait_until('the delivery') { got.size == 1 }
+    refute got.to_a[0][0].redelivered?
+    ch.nack(got.to_a[0][0].delivery_tag, false, true)
+    wait_until('the redelivery after nack') { got.size == 2 }
+    info, props, body = got.to_a[1]
+    assert info.redelivered?
+    assert_equal 'm', body
+    assert_equal 1, props.headers['x-delivery-count']
+    ch.reject(info.delivery_tag, true)
+    wait_until('the redelivery after reject') { got.size == 3 }
+    info, props, = got.to_a[2]
+    assert info.redelivered?
+    assert_equal 2, props.headers['x-delivery-count']
+    ch.ack(info.delivery_tag)
+    ch.close
+    assert_equal 0, ready_count(name)
+  end
+
+  def test_quorum_delivery_limit_dead_letters
+    # The default exchange as DLX, with x-dead-letter-routing-key naming the DLQ.
+    dlq = exclusive_queue('dlq')
+    name = quorum('x-delivery-limit' => 1, 'x-dead-letter-exchange' => '',
+                  'x-dead-letter-routing-key' => dlq.name)
+    quorum_publish(name, ['poison'], headers: { 'keep' => 'me' })
+    ch, got = quorum_consume(name, 1)
+    wait_until('the delivery') { got.size == 1 }
+    ch.nack(got.to_a[0][0].delivery_tag, false, true)
+    wait_until('the redelivery') { got.size == 2 }
+    assert_equal 1, got.to_a[1][1].headers['x-delivery-count']
+    ch.nack(got.to_a[1][0].delivery_tag, false, true)
+    info, props, body = pop(dlq, manual_ack: false)
+    assert_equal 'poison', body
+    assert_equal dlq.name, info.routing_key
+    assert_equal 'me', props.headers['keep']
+    assert_death(props, name, 'delivery_limit')
+    refute props.headers.key?('x-delivery-count'), props.headers.inspect
+    sleep 0.2
+    assert_equal 2, got.size, 'a dead-lettered message is not delivered again'
+    ch.close
+    assert_equal 0, ready_count(name)
+  end
+
+  def test_quorum_non_durable_refused
+    name = unique('quorum')
+    err = assert_raises(Bunny::PreconditionFailed) do
+      @ch.queue(name, durable: false, arguments: QUORUM_ARGS)
+    end
+    assert_equal 406, err.channel_close.reply_code
+    assert err.channel_close.reply_text.start_with?(
+      "PRECONDITION_FAILED - invalid property 'non-durable' for queue '#{name}'"
+    ), err.channel_close.reply_text
+    assert_raises(Bunny::NotFound) { @conn.create_channel.queue(name, passive: true) }
+  end
+
+  def test_quorum_exclusive_auto_delete_server_named_refused
+    name = unique('quorum')
+    [[{ exclusive: true }, "PRECONDITION_FAILED - invalid property 'exclusive-owner'"],
+     [{ auto_delete: true }, "PRECONDITION_FAILED - invalid property 'auto-delete'"],
+     [{ server_named: true }, 'PRECONDITION_FAILED']].each do |options, prefix|
+      queue_name = options.delete(:server_named) ? '' : name
+      err = assert_raises(Bunny::PreconditionFailed) do
+        @conn.create_channel.queue(queue_name, durable: true, arguments: QUORUM_ARGS, **options)
+      end
+      assert_equal 406, err.channel_close.reply_code
+      assert err.channel_close.reply_text.start_with?(prefix), err.channel_close.reply_text
+    end
+  end
 end

@@ -22,7 +22,7 @@ type BenchConfig struct {
 	RefURI          string        // the reference RabbitMQ; skipped with a note if unreachable
 	RefNode         string        // RabbitMQ node name, to find its process if the port lookup fails
 	Runs            int           // runs per scenario and broker (median reported)
-	Scenarios       []string      // scenario ids, e.g. S1..S8
+	Scenarios       []string      // scenario ids, e.g. S1..S9
 	Out             string        // Markdown file to write; empty: none
 	Duration        time.Duration // publishing time of each throughput/latency run
 	IdleConnections int           // S6's connection count
@@ -206,6 +206,7 @@ func benchScenarios() []benchScenario {
 			run:   runBacklogScenario,
 		},
 		streamScenario(),
+		quorumScenario(),
 	}
 }
 

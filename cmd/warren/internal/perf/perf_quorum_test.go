@@ -1,0 +1,108 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestQuorumScenarioDefinition(t *testing.T) {
+	ids := allScenarioIDs()
+	if i := slices.Index(ids, "S9"); i < 0 || ids[i-1] != "S8" {
+		t.Fatalf("scenario ids %v: want S9 right after S8", ids)
+	}
+	var sc benchScenario
+	for _, s := range benchScenarios() {
+		if s.id == "S9" {
+			sc = s
+		}
+	}
+	var keys []string
+	for _, m := range sc.metrics {
+		keys = append(keys, m.key)
+	}
+	if !slices.Equal(keys, []string{"consume_rate", "confirm_rate"}) {
+		t.Errorf("S9 metrics %v, want consume_rate, confirm_rate", keys)
+	}
+	if got := sc.bound(BenchConfig{Duration: 10 * time.Second}); got <= 10*time.Second {
+		t.Errorf("S9 bound %s does not exceed the run's duration", got)
+	}
+	c := quorumRunConfig(RunConfig{URI: "amqp://x/", QueuePattern: "perf-bench-s9-%d", Duration: time.Second})
+	want := RunConfig{URI: "amqp://x/", QueuePattern: "perf-bench-s9-%d", Duration: time.Second,
+		QueueType: "quorum", Producers: 1, Consumers: 1, Size: 1024, QoS: 100, Persistent: true, Confirm: 100}
+	if c.QueueType != want.QueueType || c.Producers != want.Producers || c.Consumers != want.Consumers ||
+		c.Size != want.Size || c.QoS != want.QoS || c.Persistent != want.Persistent || c.Confirm != want.Confirm ||
+		c.AutoAck || c.Rate != 0 || c.URI != want.URI || c.QueuePattern != want.QueuePattern || c.Duration != want.Duration {
+		t.Errorf("S9 run config %+v, want %+v", c, want)
+	}
+}
+
+// skipWithoutQuorum skips the test when the broker at uri refuses quorum queues (406).
+func skipWithoutQuorum(t *testing.T, uri string) {
+	t.Helper()
+	conn, err := amqp.Dial(uri)
+	if err != nil {
+		t.Fatalf("dial %s: %v", uri, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("open channel: %v", err)
+	}
+	const probe = "perf-quorum-probe"
+	_, err = ch.QueueDeclare(probe, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
+		t.Skipf("the broker refuses quorum queues: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("declare quorum queue: %v", err)
+	}
+	if _, err := ch.QueueDelete(probe, false, false, false); err != nil {
+		t.Fatalf("delete %s: %v", probe, err)
+	}
+}
+
+func TestBenchQuorumScenario(t *testing.T) {
+	uri := startBroker(t)
+	skipWithoutQuorum(t, uri)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refURI := "amqp://guest:guest@" + ln.Addr().String() + "/"
+	ln.Close()
+	out := filepath.Join(t.TempDir(), "benchmarks.md")
+	var stdout bytes.Buffer
+	err = Bench(context.Background(), BenchConfig{
+		WarrenURI: uri, RefURI: refURI, Runs: 1, Scenarios: []string{"S9"}, Out: out,
+		Duration:    500 * time.Millisecond,
+		CommandLine: "warren perf bench --test", Stdout: &stdout, Log: io.Discard,
+	})
+	if err != nil {
+		t.Fatalf("Bench: %v", err)
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("read %s: %v", out, err)
+	}
+	for _, want := range []string{"S9 quorum queue, confirms (window 100), manual ack, 1p/1c, 1 KB",
+		"consumed msg/s", "confirmed msg/s", "x-queue-type=quorum"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("benchmarks.md lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(string(md), "FAILED") || strings.Contains(string(md), "LOST") {
+		t.Errorf("the quorum scenario failed:\n%s", md)
+	}
+}

@@ -1,0 +1,329 @@
+// Package cluster manages Warren's raft groups on hashicorp/raft: one metadata group (id 0) and one group
+// per quorum queue, all carried by ONE cluster TCP port per node.
+//
+// Every connection to the cluster port starts with a tag byte (raft, forward, ping, admin), a flags byte
+// and the cluster fingerprint (a hash of the sorted initial peer list). Raft connections add a uvarint
+// group id and are handed to that group's raft.NetworkTransport; forward connections carry pipelined
+// proposals from followers to leaders (one connection per peer, request ids); ping connections carry a
+// hello with the fingerprint and then liveness pings; admin connections carry one JSON request.
+//
+// Without a listen address the node is a one-node cluster on the same code path: every group has a single
+// voter on an in-memory transport.
+//
+// Timings: raft heartbeat and election timeouts are 1.5 s (leader heartbeats every 150 ms, failover after
+// 1.5-3 s plus an election), leader lease 750 ms; a group whose configuration has this node as its only
+// voter forces its first election at once, so it has a leader within milliseconds of StartGroup.
+// Snapshots: SnapshotThreshold 8192, TrailingLogs 4096, checked every 30 s, 2 retained.
+// Liveness: every PingInterval, a member that answered no ping for PeerDownAfter is down.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"warren/storage"
+)
+
+// Liveness timing.
+const (
+	// PingInterval is how often each member is pinged.
+	PingInterval = 500 * time.Millisecond
+	// PeerDownAfter is how long a member may go without answering a ping before it is reported down.
+	PeerDownAfter = 3 * time.Second
+)
+
+// Raft timing and log retention (see the package documentation).
+const (
+	heartbeatTimeout   = 1500 * time.Millisecond
+	electionTimeout    = 1500 * time.Millisecond
+	leaderLeaseTimeout = 750 * time.Millisecond
+	commitTimeout      = 50 * time.Millisecond
+	maxAppendEntries   = 256
+	snapshotThreshold  = 8192
+	trailingLogs       = 4096
+	snapshotInterval   = 30 * time.Second
+	snapshotsRetained  = 2
+	transportMaxPool   = 3
+	transportTimeout   = 10 * time.Second
+	logCacheSize       = 512
+)
+
+// ErrNoLeader is returned when no leader was reachable before the deadline.
+var ErrNoLeader = errors.New("no raft leader reachable")
+
+// ErrClosed is returned for operations on a closed node or group.
+var ErrClosed = errors.New("cluster: closed")
+
+// Config configures a Node.
+type Config struct {
+	NodeID  string            // this node's id (required; e.g. "n1")
+	Listen  string            // cluster listen address ("127.0.0.1:0" allowed); "" = single-node, no listener
+	Peers   map[string]string // initial members id -> cluster address, INCLUDING this node; empty/nil = just this node
+	Join    bool              // do not bootstrap the metadata group; wait to be added by `add` from a member
+	DB      *storage.DB       // the node's shared badger DB (raft logs live here through raftstore)
+	DataDir string            // snapshots under DataDir/raft/<group id>/ ; "" = in-memory snapshot stores (tests)
+	Logger  *slog.Logger      // nil = slog.Default(); raft's hclog output goes here
+	// OnPeerChange, if set, is called (from a cluster goroutine, never concurrently for the same peer) when a
+	// member is detected down (no successful ping for PeerDownAfter) or up again.
+	OnPeerChange func(id string, up bool)
+
+	// listener, if set (tests), is used instead of listening on Listen.
+	listener net.Listener
+}
+
+// Member is one member of the cluster: a server of the metadata group's configuration.
+type Member struct {
+	ID    string `json:"id"`
+	Addr  string `json:"addr"`
+	Voter bool   `json:"voter"`
+	Up    bool   `json:"up"`
+}
+
+// Node is this process's cluster membership: the cluster listener, the raft groups and liveness.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	fp        uint64
+	peersText string
+	ln        net.Listener
+	addr      string // actual listen address, "" in single-node mode
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	startMu  sync.Mutex // serialises StartGroup
+	mu       sync.Mutex
+	closed   bool
+	groups   map[uint64]*Group
+	conns    map[net.Conn]struct{} // accepted non-raft connections, closed by Close
+	fwd      map[string]*fwdClient // by peer address
+	errTimes map[string]time.Time  // rate limit of fingerprint error logs, by peer
+
+	live liveness
+
+	wg sync.WaitGroup
+}
+
+// Start starts the node: it listens on Listen (unless single-node) and starts the liveness pings. It does
+// not start any group.
+func Start(cfg Config) (*Node, error) {
+	if cfg.NodeID == "" {
+		return nil, errors.New("cluster: start: empty node id")
+	}
+	if cfg.DB == nil {
+		return nil, fmt.Errorf("cluster: start node %s: nil storage DB", cfg.NodeID)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      lg.With("node", cfg.NodeID),
+		groups:   make(map[uint64]*Group),
+		conns:    make(map[net.Conn]struct{}),
+		fwd:      make(map[string]*fwdClient),
+		errTimes: make(map[string]time.Time),
+	}
+	n.fp, n.peersText = fingerprint(cfg.Peers)
+	n.live.init()
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if cfg.listener != nil || cfg.Listen != "" {
+		ln := cfg.listener
+		if ln == nil {
+			var err error
+			ln, err = net.Listen("tcp", cfg.Listen)
+			if err != nil {
+				n.cancel()
+				return nil, fmt.Errorf("cluster: start node %s: listen: %w", cfg.NodeID, err)
+			}
+		}
+		n.ln = ln
+		n.addr = ln.Addr().String()
+		n.wg.Add(2)
+		go n.acceptLoop()
+		go n.pingLoop()
+	} else if len(cfg.Peers) > 1 {
+		n.cancel()
+		return nil, fmt.Errorf("cluster: start node %s: %d peers but no listen address", cfg.NodeID, len(cfg.Peers))
+	}
+	n.log.Debug("cluster node started", "addr", n.addr, "peers", n.peersText)
+	return n, nil
+}
+
+// ID returns this node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Addr returns the actual cluster listen address ("" in single-node mode).
+func (n *Node) Addr() string { return n.addr }
+
+// selfAddr is this node's raft ServerAddress: the listen address, or the node id on the in-memory transport.
+func (n *Node) selfAddr() string {
+	if n.ln == nil {
+		return n.cfg.NodeID
+	}
+	return n.addr
+}
+
+// single reports single-node mode (no listener).
+func (n *Node) single() bool { return n.ln == nil }
+
+// Group returns the running group id, nil if it is not running.
+func (n *Node) Group(id uint64) *Group {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.groups[id]
+}
+
+// Members returns the current members: the metadata group's latest configuration (the initial Peers before it
+// exists), sorted by ID.
+func (n *Node) Members() []Member {
+	var out []Member
+	if g := n.Group(0); g != nil {
+		if conf, err := g.configuration(); err == nil && len(conf.Servers) > 0 {
+			for _, s := range conf.Servers {
+				out = append(out, Member{ID: string(s.ID), Addr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+			}
+		}
+	}
+	if out == nil {
+		for id, addr := range n.initialPeers() {
+			out = append(out, Member{ID: id, Addr: addr, Voter: true})
+		}
+	}
+	for i := range out {
+		out[i].Up = n.PeerUp(out[i].ID)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// initialPeers returns Config.Peers with this node's actual address (it is added when missing).
+func (n *Node) initialPeers() map[string]string {
+	m := make(map[string]string, len(n.cfg.Peers)+1)
+	for id, addr := range n.cfg.Peers {
+		m[id] = addr
+	}
+	if _, ok := m[n.cfg.NodeID]; !ok || n.single() {
+		m[n.cfg.NodeID] = n.selfAddr()
+	}
+	return m
+}
+
+// addrOf returns the cluster address of node id: from the metadata group's configuration, else Config.Peers.
+func (n *Node) addrOf(id string) (string, bool) {
+	if id == n.cfg.NodeID {
+		return n.selfAddr(), true
+	}
+	if g := n.Group(0); g != nil {
+		if conf, err := g.configuration(); err == nil {
+			for _, s := range conf.Servers {
+				if string(s.ID) == id {
+					return string(s.Address), true
+				}
+			}
+		}
+	}
+	addr, ok := n.cfg.Peers[id]
+	return addr, ok
+}
+
+// PeerUp reports liveness of member id from pings; always true for this node.
+func (n *Node) PeerUp(id string) bool {
+	if id == n.cfg.NodeID {
+		return true
+	}
+	return n.live.up(id)
+}
+
+// Close stops every group (keeping their data), the listener and all goroutines.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	conns := make([]net.Conn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	groups := make([]*Group, 0, len(n.groups))
+	for _, g := range n.groups {
+		groups = append(groups, g)
+	}
+	clients := make([]*fwdClient, 0, len(n.fwd))
+	for _, c := range n.fwd {
+		clients = append(clients, c)
+	}
+	n.mu.Unlock()
+
+	n.cancel()
+	var errs []error
+	if n.ln != nil {
+		if err := n.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("cluster: close listener: %w", err))
+		}
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	for _, g := range groups {
+		if err := g.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range clients {
+		c.close()
+	}
+	n.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// trackConn registers an accepted connection to be closed by Close; false if the node is closing.
+func (n *Node) trackConn(c net.Conn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.conns[c] = struct{}{}
+	return true
+}
+
+func (n *Node) untrackConn(c net.Conn) {
+	n.mu.Lock()
+	delete(n.conns, c)
+	n.mu.Unlock()
+}
+
+// goTracked runs f in a goroutine owned by the node, unless the node is closing.
+func (n *Node) goTracked(f func()) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+	return true
+}

@@ -1,0 +1,277 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// fingerprintLogEvery rate-limits the peer-list mismatch error per peer.
+const fingerprintLogEvery = time.Minute
+
+// hello is the first message of a ping connection, in both directions.
+type hello struct {
+	ID          string `json:"id"`
+	Fingerprint uint64 `json:"fingerprint"`
+	Join        bool   `json:"join,omitempty"`
+	Peers       string `json:"peers"`
+	Error       string `json:"error,omitempty"`
+}
+
+// liveness tracks the last successful ping of every member.
+type liveness struct {
+	mu    sync.Mutex
+	peers map[string]*peerState
+}
+
+type peerState struct {
+	addr   string
+	lastOK time.Time
+	up     bool
+	stop   chan struct{}
+}
+
+func (l *liveness) init() { l.peers = make(map[string]*peerState) }
+
+func (l *liveness) up(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.peers[id]
+	return st != nil && st.up
+}
+
+func (l *liveness) ok(id string) {
+	l.mu.Lock()
+	if st := l.peers[id]; st != nil {
+		st.lastOK = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// pingLoop keeps one pinger per member and reports members going down or up. A member starts up (with a
+// grace period of PeerDownAfter) so that a starting cluster reports no spurious failures.
+func (n *Node) pingLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(PingInterval)
+	defer t.Stop()
+	var pwg sync.WaitGroup
+	defer func() {
+		n.live.mu.Lock()
+		for id, st := range n.live.peers {
+			close(st.stop)
+			delete(n.live.peers, id)
+		}
+		n.live.mu.Unlock()
+		pwg.Wait()
+	}()
+	for {
+		members := n.Members()
+		now := time.Now()
+		type change struct {
+			id string
+			up bool
+		}
+		var changes []change
+		n.live.mu.Lock()
+		want := make(map[string]string, len(members))
+		for _, m := range members {
+			if m.ID != n.cfg.NodeID {
+				want[m.ID] = m.Addr
+			}
+		}
+		for id, st := range n.live.peers {
+			if addr, ok := want[id]; !ok || addr != st.addr {
+				close(st.stop)
+				delete(n.live.peers, id)
+			}
+		}
+		for id, addr := range want {
+			st := n.live.peers[id]
+			if st == nil {
+				st = &peerState{addr: addr, lastOK: now, up: true, stop: make(chan struct{})}
+				n.live.peers[id] = st
+				pwg.Add(1)
+				go func() {
+					defer pwg.Done()
+					n.pinger(id, addr, st.stop)
+				}()
+			}
+			up := now.Sub(st.lastOK) < PeerDownAfter
+			if up != st.up {
+				st.up = up
+				changes = append(changes, change{id, up})
+			}
+		}
+		n.live.mu.Unlock()
+		for _, c := range changes {
+			if c.up {
+				n.log.Info("cluster peer is up", "peer", c.id)
+			} else {
+				n.log.Warn("cluster peer is down", "peer", c.id, "after", PeerDownAfter)
+			}
+			if n.cfg.OnPeerChange != nil {
+				n.cfg.OnPeerChange(c.id, c.up)
+			}
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pinger pings member id at addr every PingInterval over one connection until stop.
+func (n *Node) pinger(id, addr string, stop chan struct{}) {
+	var c net.Conn
+	var br *bufio.Reader
+	defer func() {
+		if c != nil {
+			_ = c.Close()
+		}
+	}()
+	t := time.NewTicker(PingInterval)
+	defer t.Stop()
+	// Closing the connection on stop unblocks a read in progress.
+	var cmu sync.Mutex
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-stop:
+		case <-n.ctx.Done():
+		case <-done:
+			return
+		}
+		cmu.Lock()
+		if c != nil {
+			_ = c.Close()
+		}
+		cmu.Unlock()
+	}()
+	for {
+		if err := n.pingOnce(id, addr, &c, &br, &cmu); err != nil {
+			cmu.Lock()
+			if c != nil {
+				_ = c.Close()
+				c = nil
+			}
+			cmu.Unlock()
+		} else {
+			n.live.ok(id)
+		}
+		select {
+		case <-stop:
+			return
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pingOnce sends one ping (connecting and exchanging hellos first if needed) and reads the answer.
+func (n *Node) pingOnce(id, addr string, cp *net.Conn, brp **bufio.Reader, cmu *sync.Mutex) error {
+	if *cp == nil {
+		c, err := n.dialPeer(addr, tagPing, nil, dialTimeout)
+		if err != nil {
+			return err
+		}
+		cmu.Lock()
+		*cp = c
+		cmu.Unlock()
+		select {
+		case <-n.ctx.Done():
+			return ErrClosed
+		default:
+		}
+		*brp = bufio.NewReader(c)
+		_ = c.SetDeadline(time.Now().Add(2 * PingInterval))
+		me := hello{ID: n.cfg.NodeID, Fingerprint: n.fp, Join: n.cfg.Join, Peers: n.peersText}
+		if err := writeJSON(c, me); err != nil {
+			return err
+		}
+		var them hello
+		if err := readJSON(*brp, &them); err != nil {
+			return err
+		}
+		if them.Error != "" || (!n.cfg.Join && !them.Join && them.Fingerprint != n.fp) {
+			n.logPeerMismatch(id, them.Peers)
+			return fmt.Errorf("peer %s refused the connection: %s", id, them.Error)
+		}
+	}
+	c, br := *cp, *brp
+	_ = c.SetDeadline(time.Now().Add(2 * PingInterval))
+	if _, err := c.Write([]byte{'p'}); err != nil {
+		return err
+	}
+	if _, err := br.ReadByte(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// servePing answers a ping connection: hello (with the fingerprint check), then one byte per ping.
+func (n *Node) servePing(c net.Conn, br *bufio.Reader) {
+	_ = c.SetDeadline(time.Now().Add(headerReadTimeout))
+	var them hello
+	if err := readJSON(br, &them); err != nil {
+		return
+	}
+	me := hello{ID: n.cfg.NodeID, Fingerprint: n.fp, Join: n.cfg.Join, Peers: n.peersText}
+	if !n.cfg.Join && !them.Join && them.Fingerprint != n.fp {
+		n.logPeerMismatch(them.ID, them.Peers)
+		me.Error = fmt.Sprintf("cluster peers disagree: node %s was started with %s, node %s with %s",
+			n.cfg.NodeID, n.peersText, them.ID, them.Peers)
+		_ = writeJSON(c, me)
+		return
+	}
+	if err := writeJSON(c, me); err != nil {
+		return
+	}
+	for {
+		_ = c.SetDeadline(time.Now().Add(PeerDownAfter + 2*PingInterval))
+		b, err := br.ReadByte()
+		if err != nil {
+			return
+		}
+		if _, err := c.Write([]byte{b}); err != nil {
+			return
+		}
+	}
+}
+
+// logPeerMismatch logs (rate-limited per peer) that peer was started with another initial peer list.
+func (n *Node) logPeerMismatch(peer, theirs string) {
+	n.mu.Lock()
+	last, seen := n.errTimes[peer]
+	now := time.Now()
+	if seen && now.Sub(last) < fingerprintLogEvery {
+		n.mu.Unlock()
+		return
+	}
+	n.errTimes[peer] = now
+	n.mu.Unlock()
+	n.log.Error(fmt.Sprintf("cluster peers disagree: node %s was started with %s, this node with %s",
+		peer, theirs, n.peersText), "peer", peer)
+}
+
+func writeJSON(c net.Conn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(appendFrame(nil, b))
+	return err
+}
+
+func readJSON(br *bufio.Reader, v any) error {
+	b, err := readFrame(br)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}

@@ -1,0 +1,336 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server"
+)
+
+// testCluster is three in-process brokers forming one cluster over loopback.
+type testCluster struct {
+	t     *testing.T
+	ids   []string
+	dirs  []string
+	peers map[string]string
+	srvs  []*server.Server
+	lws   []*testLogWriter
+	urls  []string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	if againstRabbitMQ() {
+		t.Skip("starts its own cluster of in-process brokers")
+	}
+	tc := &testCluster{t: t, peers: map[string]string{}}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		tc.ids = append(tc.ids, id)
+		tc.dirs = append(tc.dirs, t.TempDir())
+		tc.peers[id] = freeAddr(t)
+	}
+	tc.srvs = make([]*server.Server, n)
+	tc.lws = make([]*testLogWriter, n)
+	tc.urls = make([]string, n)
+	t.Cleanup(func() {
+		for i := range tc.srvs {
+			tc.stop(i)
+		}
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = tc.startErr(i) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %s: %v", tc.ids[i], err)
+		}
+	}
+	return tc
+}
+
+func (tc *testCluster) startErr(i int) error {
+	lw := &testLogWriter{t: tc.t}
+	cfg := server.DefaultConfig()
+	cfg.AMQPListen = "127.0.0.1:0"
+	cfg.DataDir = tc.dirs[i]
+	cfg.NodeID = tc.ids[i]
+	cfg.ClusterListen = tc.peers[tc.ids[i]]
+	cfg.ClusterPeers = tc.peers
+	cfg.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", tc.ids[i])
+	s, err := server.New(cfg)
+	if err != nil {
+		lw.stop()
+		return err
+	}
+	if err := s.Start(); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		lw.stop()
+		return err
+	}
+	tc.srvs[i], tc.lws[i] = s, lw
+	tc.urls[i] = "amqp://guest:guest@" + s.Addr().String() + "/"
+	return nil
+}
+
+func (tc *testCluster) stop(i int) {
+	if tc.srvs[i] == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := tc.srvs[i].Shutdown(ctx); err != nil {
+		tc.t.Errorf("shutdown %s: %v", tc.ids[i], err)
+	}
+	tc.lws[i].stop()
+	tc.srvs[i] = nil
+}
+
+// leaderOf returns the index of the node leading the named group, or -1.
+func (tc *testCluster) leaderOf(group string) int {
+	for _, s := range tc.srvs {
+		if s == nil {
+			continue
+		}
+		for _, g := range s.ClusterStatus().Groups {
+			if g.Name == group && g.Leader != "" {
+				for i, id := range tc.ids {
+					if id == g.Leader && tc.srvs[i] != nil {
+						return i
+					}
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// applied returns node i's applied index of the named group.
+func (tc *testCluster) applied(i int, group string) uint64 {
+	for _, g := range tc.srvs[i].ClusterStatus().Groups {
+		if g.Name == group {
+			return g.Applied
+		}
+	}
+	return 0
+}
+
+// clusterWait is how long a cluster may take to elect leaders and converge.
+const clusterWait = 30 * time.Second
+
+func pollUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// declareRetry runs declare on fresh channels until it succeeds (the metadata group may still be
+// electing its leader right after start).
+func declareRetry(t *testing.T, c *itConn, what string, declare func(ch *amqp.Channel) error) {
+	t.Helper()
+	var last error
+	pollUntil(t, what, clusterWait, func() bool {
+		ch, err := c.Channel()
+		if err != nil {
+			last = err
+			return false
+		}
+		defer ch.Close()
+		last = declare(ch)
+		return last == nil
+	})
+	if last != nil {
+		t.Fatalf("%s: %v", what, last)
+	}
+}
+
+func TestClusterReplicatesMetadataAndServesQuorumQueues(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	c1 := mustDial(t, tc.urls[0])
+	declareRetry(t, c1, "declare exchange, quorum queue and binding on n1", func(ch *amqp.Channel) error {
+		if err := ch.ExchangeDeclare("orders", "topic", true, false, false, false, nil); err != nil {
+			return err
+		}
+		if _, err := ch.QueueDeclare("orders.q", true, false, false, false, quorumArgs(nil)); err != nil {
+			return err
+		}
+		return ch.QueueBind("orders.q", "order.*", "orders", false, nil)
+	})
+	// Visible on the other nodes.
+	for i := 1; i < 3; i++ {
+		c := mustDial(t, tc.urls[i])
+		pollUntil(t, "exchange and queue visible on "+tc.ids[i], clusterWait, func() bool {
+			return exchangeExists(t, c, "orders") && queueExists(t, c, "orders.q")
+		})
+	}
+	// Publish through n2, consume through n3.
+	c2, c3 := mustDial(t, tc.urls[1]), mustDial(t, tc.urls[2])
+	// A node applies metadata changes shortly after the proposer's reply: wait until n2 has them
+	// all (its binding included) before publishing through it.
+	pollUntil(t, "n2's metadata caught up", clusterWait, func() bool {
+		return tc.applied(1, "metadata") >= tc.applied(0, "metadata")
+	})
+	pub := mustConfirmChannel(t, c2)
+	for i := 0; i < 200; i++ {
+		publishConfirmed(t, pub, "orders", "order.new", true, persistentMsg(fmt.Sprint(i)))
+	}
+	for i, c := range []*itConn{c1, c2, c3} {
+		ch := mustChannel(t, c)
+		pollUntil(t, fmt.Sprintf("200 messages on %s's replica", tc.ids[i]), clusterWait, func() bool {
+			q, err := ch.QueueDeclarePassive("orders.q", true, false, false, false, nil)
+			return err == nil && q.Messages == 200
+		})
+	}
+	cons := mustChannel(t, c3)
+	cons.Qos(20, 0, false)
+	ds := mustConsume(t, cons, "orders.q", "", false, nil)
+	for i := 0; i < 200; i++ {
+		d := recvWithin(t, ds, clusterWait)
+		if string(d.Body) != fmt.Sprint(i) {
+			t.Fatalf("delivery %d: body %q (redelivered %v, tag %d), want %d in order", i, d.Body, d.Redelivered, d.DeliveryTag, i)
+		}
+		d.Ack(false)
+	}
+	pollUntil(t, "queue empty on n1 after acks on n3", clusterWait, func() bool {
+		ch := mustChannel(t, c1)
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive("orders.q", true, false, false, false, nil)
+		return err == nil && q.Messages == 0
+	})
+	// Deleting through n2 removes it everywhere.
+	if _, err := mustChannel(t, c2).QueueDelete("orders.q", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "queue gone on n1", clusterWait, func() bool { return !queueExists(t, c1, "orders.q") })
+}
+
+func TestClusterQuorumFailoverLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("failover test")
+	}
+	tc := newTestCluster(t, 3)
+	const q = "failover.q"
+	group := "queue 'failover.q' in vhost '/'"
+	c1 := mustDial(t, tc.urls[0])
+	declareRetry(t, c1, "declare quorum queue", func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, quorumArgs(nil))
+		return err
+	})
+	pollUntil(t, "queue group has a leader", clusterWait, func() bool { return tc.leaderOf(group) >= 0 })
+	leader := tc.leaderOf(group)
+	var survivors []int
+	for i := range tc.srvs {
+		if i != leader {
+			survivors = append(survivors, i)
+		}
+	}
+	pubNode, consNode := survivors[0], survivors[1]
+	pc := mustDial(t, tc.urls[pubNode])
+	pch := mustConfirmChannel(t, pc)
+	confirmed := map[string]bool{}
+	publish := func(i int) bool {
+		body := fmt.Sprint(i)
+		conf, err := pch.PublishWithDeferredConfirm("", q, false, false, persistentMsg(body))
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ok, err := conf.WaitContext(ctx)
+		if err != nil {
+			t.Fatalf("confirm %d: %v", i, err)
+		}
+		if ok {
+			confirmed[body] = true
+		}
+		return ok
+	}
+	for i := 0; i < 300; i++ {
+		publish(i)
+	}
+	// A consumer on the other survivor holds some messages unacked when the leader goes.
+	cc := mustDial(t, tc.urls[consNode])
+	cch := mustChannel(t, cc)
+	cch.Qos(50, 0, false)
+	ds := mustConsume(t, cch, q, "", false, nil)
+	got := map[string]int{}
+	var held []amqp.Delivery
+	for i := 0; i < 50; i++ {
+		d := recvWithin(t, ds, clusterWait)
+		got[string(d.Body)]++
+		held = append(held, d)
+	}
+	tc.stop(leader)
+	start := time.Now()
+	for i := 300; i < 600; i++ {
+		publish(i)
+	}
+	t.Logf("300 publishes after the leader stopped took %v", time.Since(start))
+	// The unacked 50 are still ours: ack them, and everything else must arrive.
+	for _, d := range held {
+		if err := d.Ack(false); err != nil {
+			t.Fatalf("ack after failover: %v", err)
+		}
+	}
+	deadline := time.After(60 * time.Second)
+	for len(got) < len(confirmed) {
+		select {
+		case d := <-ds:
+			got[string(d.Body)]++
+			d.Ack(false)
+		case <-deadline:
+			missing := 0
+			for b := range confirmed {
+				if got[b] == 0 {
+					missing++
+				}
+			}
+			t.Fatalf("%d confirmed messages never consumed (got %d distinct)", missing, len(got))
+		}
+	}
+	for b := range confirmed {
+		if got[b] == 0 {
+			t.Fatalf("confirmed message %s lost", b)
+		}
+	}
+	// The stopped node comes back and catches up.
+	if err := tc.startErr(leader); err != nil {
+		t.Fatalf("restart %s: %v", tc.ids[leader], err)
+	}
+	pollUntil(t, "restarted node catches up", clusterWait, func() bool {
+		a, b := tc.applied(leader, group), tc.applied(survivors[0], group)
+		return a > 0 && a >= b-1
+	})
+	if !strings.Contains(tc.srvs[leader].ClusterStatus().Node, tc.ids[leader]) {
+		t.Fatalf("status of restarted node: %+v", tc.srvs[leader].ClusterStatus())
+	}
+}
