@@ -334,3 +334,53 @@ func TestClusterQuorumFailoverLosesNothing(t *testing.T) {
 		t.Fatalf("status of restarted node: %+v", tc.srvs[leader].ClusterStatus())
 	}
 }
+
+func TestClusterCatchUpAndNoMajority(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops nodes and waits for timeouts")
+	}
+	tc := newTestCluster(t, 3)
+	c1 := mustDial(t, tc.urls[0])
+	declareRetry(t, c1, "declare quorum queue", func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare("nomajority.q", true, false, false, false, quorumArgs(nil))
+		return err
+	})
+	// A node that was down when metadata changed catches up when it comes back.
+	tc.stop(2)
+	ch := mustChannel(t, c1)
+	if err := ch.ExchangeDeclare("while-n3-was-down", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatalf("declare with 2 of 3 nodes up: %v", err)
+	}
+	if err := tc.startErr(2); err != nil {
+		t.Fatal(err)
+	}
+	c3 := mustDial(t, tc.urls[2])
+	pollUntil(t, "n3 sees the exchange declared while it was down", clusterWait, func() bool {
+		return exchangeExists(t, c3, "while-n3-was-down")
+	})
+	// With two of three nodes gone, a publish to the quorum queue is nacked (never silently
+	// dropped) and a new quorum queue cannot be declared.
+	tc.stop(1)
+	tc.stop(2)
+	pch := mustConfirmChannel(t, c1)
+	conf, err := pch.PublishWithDeferredConfirm("", "nomajority.q", false, false, persistentMsg("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ok, err := conf.WaitContext(ctx)
+	if err != nil || ok {
+		t.Fatalf("publish without a majority: confirmed=%v err=%v; want a nack", ok, err)
+	}
+	dch, err := c1.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dch.QueueDeclare("never.q", true, false, false, false, quorumArgs(nil))
+	if err == nil {
+		t.Fatal("quorum queue declared with 1 of 3 nodes up")
+	}
+	checkAMQPError(t, err, amqp.InternalError, "")
+	t.Logf("declare without a majority: %v", err)
+}

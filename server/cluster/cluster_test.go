@@ -460,8 +460,6 @@ func TestProposeAsyncThroughput(t *testing.T) {
 	g := fo.node.Group(7)
 
 	const total = 20000
-	debugRetry = func(p *proposal) { t.Logf("retry %s: attempts %d err %v", p.cmd, p.attempts, p.lastErr) }
-	defer func() { debugRetry = nil }()
 	var mu sync.Mutex
 	var order []int
 	var lastIndex uint64

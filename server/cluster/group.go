@@ -22,9 +22,9 @@ import (
 const (
 	retryBackoffMin = 10 * time.Millisecond
 	retryBackoffMax = 250 * time.Millisecond
+	// retrySweepInterval is how often queued proposals are checked for expiry.
+	retrySweepInterval = 50 * time.Millisecond
 )
-
-var debugRetry func(p *proposal)
 
 // localQueueLen bounds the proposals applied on this node (as leader) whose futures are being awaited.
 const localQueueLen = 4096
@@ -81,6 +81,7 @@ type Group struct {
 	rmu      sync.Mutex
 	retries  []*proposal
 	rclosed  bool
+	draining bool // the retry loop is resubmitting the head of retries
 	retryKey chan struct{} // capacity 1: wakes the retry loop
 
 	dmu     sync.Mutex
@@ -443,7 +444,7 @@ func (g *Group) Propose(ctx context.Context, cmd []byte) (Result, error) {
 	}
 	p := &proposal{cmd: cmd, deadline: deadline, cancel: ctx.Done(),
 		done: func(r Result, err error) { ch <- outcome{r, err} }}
-	g.submit(p)
+	g.submitNew(p)
 	select {
 	case o := <-ch:
 		return o.r, o.err
@@ -456,6 +457,20 @@ func (g *Group) Propose(ctx context.Context, cmd []byte) (Result, error) {
 // from a cluster goroutine, after at most about timeout.
 func (g *Group) ProposeAsync(cmd []byte, timeout time.Duration, done func(Result, error)) {
 	p := &proposal{cmd: cmd, deadline: time.Now().Add(timeout), done: done}
+	g.submitNew(p)
+}
+
+// submitNew submits a new proposal, behind the queued retries so that one proposer's commands keep their
+// order while the leader is unknown.
+func (g *Group) submitNew(p *proposal) {
+	g.rmu.Lock()
+	if (len(g.retries) > 0 || g.draining) && !g.rclosed {
+		g.retries = append(g.retries, p)
+		g.rmu.Unlock()
+		g.wakeRetries()
+		return
+	}
+	g.rmu.Unlock()
 	g.submit(p)
 }
 
@@ -521,9 +536,6 @@ func (g *Group) localWaiter() {
 
 // retryLater queues p for another attempt after a backoff (or at the next leader change).
 func (g *Group) retryLater(p *proposal) {
-	if debugRetry != nil {
-		debugRetry(p)
-	}
 	b := retryBackoffMin << min(p.attempts, 6)
 	if b > retryBackoffMax {
 		b = retryBackoffMax
@@ -563,39 +575,69 @@ func (g *Group) kickRetries() {
 	}
 }
 
-// retryLoop resubmits queued proposals when they are due.
+// retryLoop resubmits queued proposals in FIFO order when the head is due and a leader is known.
 func (g *Group) retryLoop() {
 	defer g.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var lastSweep time.Time
 	for {
 		now := time.Now()
+		var expired []*proposal
+		var wait time.Duration // 0 = until woken
 		g.rmu.Lock()
-		var due []*proposal
-		keep := g.retries[:0]
-		var next time.Time
-		for _, p := range g.retries {
-			if !p.notBefore.After(now) || p.expired(now) {
-				due = append(due, p)
-				continue
+		if now.Sub(lastSweep) >= retrySweepInterval {
+			lastSweep = now
+			keep := g.retries[:0]
+			for _, p := range g.retries {
+				if p.expired(now) {
+					expired = append(expired, p)
+				} else {
+					keep = append(keep, p)
+				}
 			}
-			keep = append(keep, p)
-			if next.IsZero() || p.notBefore.Before(next) {
-				next = p.notBefore
+			clear(g.retries[len(keep):])
+			g.retries = keep
+		}
+		var head *proposal
+		if len(g.retries) > 0 {
+			p := g.retries[0]
+			switch {
+			case p.expired(now):
+				head = p
+			case p.notBefore.After(now):
+				wait = p.notBefore.Sub(now)
+			case !g.leaderKnown():
+				wait = retryBackoffMin * 2
+			default:
+				head = p
+			}
+			if head != nil {
+				g.retries[0] = nil
+				g.retries = g.retries[1:]
+				g.draining = true
 			}
 		}
-		clear(g.retries[len(keep):])
-		g.retries = keep
+		if head == nil {
+			g.draining = false
+			if len(g.retries) == 0 {
+				g.retries = nil
+			}
+		}
 		g.rmu.Unlock()
-		for _, p := range due {
-			g.submit(p)
+		for _, p := range expired {
+			g.finish(p, Result{}, g.noLeaderErr(p))
 		}
-		if len(due) > 0 {
-			continue // submissions may have queued retries: recompute the next wake-up
+		if head != nil {
+			g.submit(head)
+			continue
+		}
+		if len(expired) > 0 {
+			continue
 		}
 		var tc <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
+		if wait > 0 {
+			timer.Reset(wait)
 			tc = timer.C
 		}
 		select {
@@ -620,6 +662,15 @@ func (g *Group) retryLoop() {
 			}
 		}
 	}
+}
+
+// leaderKnown reports whether a proposal can be sent: this node leads or knows another leader.
+func (g *Group) leaderKnown() bool {
+	if g.raft.State() == raft.Leader {
+		return true
+	}
+	_, id := g.raft.LeaderWithID()
+	return id != "" && string(id) != g.n.cfg.NodeID && !g.n.single()
 }
 
 // finish completes p exactly once; done runs on the group's done goroutine.

@@ -3,7 +3,6 @@ package perf
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 func TestQuorumScenarioDefinition(t *testing.T) {
@@ -47,35 +44,8 @@ func TestQuorumScenarioDefinition(t *testing.T) {
 	}
 }
 
-// skipWithoutQuorum skips the test when the broker at uri refuses quorum queues (406).
-func skipWithoutQuorum(t *testing.T, uri string) {
-	t.Helper()
-	conn, err := amqp.Dial(uri)
-	if err != nil {
-		t.Fatalf("dial %s: %v", uri, err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("open channel: %v", err)
-	}
-	const probe = "perf-quorum-probe"
-	_, err = ch.QueueDeclare(probe, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
-	var amqpErr *amqp.Error
-	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
-		t.Skipf("the broker refuses quorum queues: %v", err)
-	}
-	if err != nil {
-		t.Fatalf("declare quorum queue: %v", err)
-	}
-	if _, err := ch.QueueDelete(probe, false, false, false); err != nil {
-		t.Fatalf("delete %s: %v", probe, err)
-	}
-}
-
 func TestBenchQuorumScenario(t *testing.T) {
 	uri := startBroker(t)
-	skipWithoutQuorum(t, uri)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
