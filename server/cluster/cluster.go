@@ -64,13 +64,15 @@ var ErrClosed = errors.New("cluster: closed")
 
 // Config configures a Node.
 type Config struct {
-	NodeID  string            // this node's id (required; e.g. "n1")
-	Listen  string            // cluster listen address ("127.0.0.1:0" allowed); "" = single-node, no listener
-	Peers   map[string]string // initial members id -> cluster address, INCLUDING this node; empty/nil = just this node
-	Join    bool              // do not bootstrap the metadata group; wait to be added by `add` from a member
-	DB      *storage.DB       // the node's shared badger DB (raft logs live here through raftstore)
-	DataDir string            // snapshots under DataDir/raft/<group id>/ ; "" = in-memory snapshot stores (tests)
-	Logger  *slog.Logger      // nil = slog.Default(); raft's hclog output goes here
+	NodeID string            // this node's id (required; e.g. "n1")
+	Listen string            // cluster listen address ("127.0.0.1:0" allowed); "" = single-node, no listener
+	Peers  map[string]string // initial members id -> cluster address, INCLUDING this node; empty/nil = just this node
+	Join   bool              // do not bootstrap the metadata group; wait to be added by `add` from a member
+	DB     *storage.DB       // the node's shared badger DB (raft logs live here through raftstore)
+	// DataDir holds snapshots under DataDir/raft/<group id>/; "" = in-memory snapshot stores (tests only: a
+	// group restarted on a DB whose log was truncated after a snapshot cannot recover without DataDir).
+	DataDir string
+	Logger  *slog.Logger // nil = slog.Default(); raft's hclog output goes here
 	// OnPeerChange, if set, is called (from a cluster goroutine, never concurrently for the same peer) when a
 	// member is detected down (no successful ping for PeerDownAfter) or up again.
 	OnPeerChange func(id string, up bool)

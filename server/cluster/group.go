@@ -81,7 +81,7 @@ type Group struct {
 	rmu      sync.Mutex
 	retries  []*proposal
 	rclosed  bool
-	draining bool // the retry loop is resubmitting the head of retries
+	draining bool          // the retry loop is resubmitting the head of retries
 	retryKey chan struct{} // capacity 1: wakes the retry loop
 
 	dmu     sync.Mutex
