@@ -103,8 +103,11 @@ func TestReplicatedReplicasAgree(t *testing.T) {
 		}
 	}
 	// Ack one, requeue the other: the requeued message comes back with its delivery count.
-	qs[1].Settle([]uint64{c.ds[0].ID})
-	qs[1].Return([]uint64{c.ds[1].ID})
+	c.mu.Lock()
+	first, second := c.ds[0].ID, c.ds[1].ID
+	c.mu.Unlock()
+	qs[1].Settle([]uint64{first})
+	qs[1].Return([]uint64{second})
 	waitFor(t, "two more deliveries", func() bool { return len(c.bodies()) == 4 })
 	// Every replica snapshots to the same bytes, and a restored replica too.
 	snap := qs[0].Snapshot()
