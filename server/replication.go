@@ -413,7 +413,7 @@ func (s *Server) openQuorum(v *vhost, name string, args amqp.Table, st queueSett
 	id := s.nextQueueID.Add(1)
 	opts, hooks := s.newQueueOptions(v, name, true, false, false, st, id)
 	rep := &groupReplicator{}
-	q := queue.NewReplicated(opts, rep, s.tag)
+	q := queue.NewReplicated(opts, rep, s.tag, s.epoch)
 	e := &queueEntry{q: q, args: args, v: v, settings: st, hooks: hooks, name: name, durable: true, id: id,
 		group: gid, voters: voters, nonvoters: nonvoters, rep: rep}
 	hooks.e.Store(e)

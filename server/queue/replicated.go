@@ -95,6 +95,8 @@ func (w *seqWindow) seen(seq uint64) bool {
 // of the state machine and its snapshots; the others are local to this node.
 type replState struct {
 	rep      Replicator
+	tag      uint16 // this node's tag in consumer ids (local)
+	epoch    uint16 // this boot's epoch in consumer ids (local)
 	producer uint64 // this node's producer id for its publishes (local)
 	seq      atomic.Uint64
 	inflight atomic.Int64
@@ -107,11 +109,13 @@ type replState struct {
 	pending map[ConsumerID]bool // local consumers whose basic.consume-ok has not gone out yet
 	outbox  []Delivery          // deliveries to local consumers, for the dispatcher
 	held    []Delivery          // deliveries to pending consumers
+	orphans []uint64            // deliveries to this node's consumers that are gone: to return
 }
 
 // NewReplicated creates a replicated (quorum) queue driven by rep: every change is a command that
-// rep replicates and every replica applies with Apply. nodeTag is this node's tag in consumer ids.
-func NewReplicated(opts Options, rep Replicator, nodeTag uint16) *Queue {
+// rep replicates and every replica applies with Apply. nodeTag and epoch are this node's tag and
+// this boot's epoch in consumer ids (see ConsumerNode).
+func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 	var b [4]byte
 	rand.Read(b[:])
 	opts.DB = nil // bodies live in the Raft log and snapshots
@@ -131,6 +135,8 @@ func NewReplicated(opts Options, rep Replicator, nodeTag uint16) *Queue {
 		lastUsed:  nowMs(),
 		r: &replState{
 			rep:       rep,
+			tag:       nodeTag,
+			epoch:     epoch,
 			producer:  uint64(nodeTag)<<48 | uint64(binary.BigEndian.Uint32(b[:])),
 			slots:     make(chan struct{}, replMaxInflight),
 			producers: make(map[uint64]*seqWindow),
@@ -355,12 +361,28 @@ func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAd
 	if err != nil || q.closed {
 		delete(q.consumers, spec.ID)
 		delete(q.r.pending, spec.ID)
+		var back []uint64
+		kept := q.r.held[:0]
+		for _, d := range q.r.held {
+			if d.Consumer == spec.ID {
+				if !d.Settled {
+					back = append(back, d.ID)
+				}
+			} else {
+				kept = append(kept, d)
+			}
+		}
+		q.r.held = kept
 		q.mu.Unlock()
+		if len(back) > 0 {
+			q.propose(idsCmd(cmdReturn, back))
+		}
 		if err == nil {
+			q.propose(q.removeCmd(spec.ID, true))
 			return ErrQueueDeleted
 		}
 		if err != ErrInExclusiveUse {
-			q.propose(q.removeCmd(spec.ID)) // it may have been applied after all
+			q.propose(q.removeCmd(spec.ID, true)) // it may have been applied after all
 			return fmt.Errorf("%w: %v", ErrNoQuorum, err)
 		}
 		return err
@@ -377,9 +399,11 @@ func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAd
 	return nil
 }
 
-func (q *Queue) removeCmd(id ConsumerID) []byte {
-	b := cmdHeader(cmdRemoveConsumer, 8)
-	return binary.BigEndian.AppendUint64(b, uint64(id))
+// removeCmd detaches a consumer; with giveBack its unacked messages also return to the queue.
+func (q *Queue) removeCmd(id ConsumerID, giveBack bool) []byte {
+	b := cmdHeader(cmdRemoveConsumer, 9)
+	b = binary.BigEndian.AppendUint64(b, uint64(id))
+	return append(b, boolByte(giveBack))
 }
 
 func boolByte(v bool) byte {
@@ -397,7 +421,7 @@ func (q *Queue) rRemoveConsumer(id ConsumerID) bool {
 	delete(q.consumers, id)
 	q.mu.Unlock()
 	if ok {
-		q.propose(q.removeCmd(id))
+		q.propose(q.removeCmd(id, false))
 	}
 	return false
 }
@@ -578,10 +602,15 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 		resp = []byte{0}
 	case cmdRemoveConsumer:
 		id := ConsumerID(d.u64())
+		giveBack := len(d.b) > 0 && d.byte() == 1
 		if d.err == nil {
 			q.m.RemoveConsumer(id)
 			if q.exclusiveConsumer == id {
 				q.exclusiveConsumer = 0
+			}
+			if giveBack {
+				_, dd := q.m.ReturnConsumer(id)
+				dead = append(dead, dd...)
 			}
 		}
 	case cmdNodeReset:
@@ -664,7 +693,12 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 	}
 	dead = append(dead, q.rCheckout(now)...)
 	q.releaseFlow()
+	orphans := q.r.orphans
+	q.r.orphans = nil
 	q.mu.Unlock()
+	if len(orphans) > 0 {
+		q.propose(idsCmd(cmdReturn, orphans))
+	}
 	if len(dead) > 0 && q.Hooks != nil && q.r.rep.IsLeader() {
 		q.Hooks.DeadLetter(q, dead)
 	}
@@ -687,6 +721,11 @@ func (q *Queue) rCheckout(now int64) []Dead {
 		all = append(all, dead...)
 		for _, del := range ds {
 			if _, local := q.consumers[del.Consumer]; !local {
+				// One of ours that went away before its removal was applied: only this node
+				// knows, so this node gives the message back.
+				if ConsumerNode(del.Consumer) == q.r.tag && ConsumerEpoch(del.Consumer) == q.r.epoch && !del.Settled {
+					q.r.orphans = append(q.r.orphans, del.ID)
+				}
 				continue
 			}
 			if q.r.pending[del.Consumer] {

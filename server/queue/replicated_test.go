@@ -82,7 +82,7 @@ func TestReplicatedReplicasAgree(t *testing.T) {
 	for tag := uint16(1); tag <= 3; tag++ {
 		cfg := DefaultConfig()
 		cfg.DeliveryLimit = 5
-		q := NewReplicated(Options{Name: "qq", Durable: true, Config: &cfg}, rep, tag)
+		q := NewReplicated(Options{Name: "qq", Durable: true, Config: &cfg}, rep, tag, 7)
 		defer q.Close()
 		qs = append(qs, q)
 	}
@@ -116,7 +116,7 @@ func TestReplicatedReplicasAgree(t *testing.T) {
 			t.Fatalf("replica %d's snapshot differs from replica 0's", i+1)
 		}
 	}
-	fresh := NewReplicated(Options{Name: "qq"}, rep, 4)
+	fresh := NewReplicated(Options{Name: "qq"}, rep, 4, 7)
 	defer fresh.Close()
 	if err := fresh.RestoreSnapshot(snap); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestReplicatedReplicasAgree(t *testing.T) {
 }
 
 func TestReplicatedDecodeNeverPanics(t *testing.T) {
-	q := NewReplicated(Options{Name: "qq", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &loopRep{}, 1)
+	q := NewReplicated(Options{Name: "qq", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &loopRep{}, 1, 7)
 	defer q.Close()
 	cmd := cmdHeader(cmdEnqueue, 64)
 	cmd = append(cmd, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0)
@@ -160,5 +160,71 @@ func TestReplicatedDecodeNeverPanics(t *testing.T) {
 	}
 	if err := q.RestoreSnapshot([]byte{replVersion, 0xff}); err == nil {
 		t.Fatal("garbage snapshot restored")
+	}
+}
+
+// heldRep queues proposals until flush applies them, so a test can order commands.
+type heldRep struct {
+	mu       sync.Mutex
+	replicas []*Queue
+	index    uint64
+	queued   [][]byte
+	dones    []func([]byte, error)
+}
+
+func (r *heldRep) Propose(cmd []byte, done func([]byte, error)) {
+	r.mu.Lock()
+	r.queued, r.dones = append(r.queued, cmd), append(r.dones, done)
+	r.mu.Unlock()
+}
+
+func (r *heldRep) IsLeader() bool { return true }
+
+// flush applies everything queued (and what that proposes in turn) in order.
+func (r *heldRep) flush() {
+	for {
+		r.mu.Lock()
+		if len(r.queued) == 0 {
+			r.mu.Unlock()
+			return
+		}
+		cmd, done := r.queued[0], r.dones[0]
+		r.queued, r.dones = r.queued[1:], r.dones[1:]
+		r.index++
+		idx, replicas := r.index, r.replicas
+		r.mu.Unlock()
+		var resp []byte
+		for i, q := range replicas {
+			if out := q.Apply(idx, cmd); i == 0 {
+				resp = out
+			}
+		}
+		done(resp, nil)
+	}
+}
+
+func TestReplicatedOrphanedDeliveryGoesBack(t *testing.T) {
+	rep := &heldRep{}
+	q1 := NewReplicated(Options{Name: "qq"}, rep, 1, 7)
+	q2 := NewReplicated(Options{Name: "qq"}, rep, 2, 7)
+	defer q1.Close()
+	defer q2.Close()
+	rep.replicas = []*Queue{q1, q2}
+	cid := ConsumerID(2<<48 | 7<<32 | 1)
+	added := make(chan error, 1)
+	go func() { added <- q2.AddConsumer(ConsumerSpec{ID: cid, Prefetch: 10}, false, &recConsumer{}, nil) }()
+	waitFor(t, "consume proposed", func() bool { rep.mu.Lock(); defer rep.mu.Unlock(); return len(rep.queued) == 1 })
+	rep.flush()
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	// A publish from node 1 is ordered before node 2's cancel, which node 2 has already done locally.
+	q1.Publish(&Message{Body: []byte("m")}, nil)
+	q2.RemoveConsumer(cid)
+	rep.flush()
+	for _, q := range []*Queue{q1, q2} {
+		if ready, consumers := q.Counts(); ready != 1 || consumers != 0 {
+			t.Fatalf("counts = %d ready, %d consumers; want the message back and no consumer", ready, consumers)
+		}
 	}
 }
