@@ -113,6 +113,9 @@ type consumer struct {
 	stream    *streamConsumer // set for a stream consumer
 	noAck     bool
 	cancelled bool // guarded by ch.mu
+	// perConsumerGlobal: the queue applies a global prefetch per consumer (replicated queues), so
+	// deliveries are not counted against the channel's global limit.
+	perConsumerGlobal bool
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -252,7 +255,7 @@ func (cs *consumer) Deliver(q *queue.Queue, d queue.Delivery) {
 	if ch.closed || cs.cancelled {
 		ch.mu.Unlock()
 		if !cs.noAck {
-			if ch.globalLimit.Load() > 0 {
+			if !cs.perConsumerGlobal && ch.globalLimit.Load() > 0 {
 				ch.globalInflight.Add(-1)
 			}
 			q.Return([]uint64{d.ID})
@@ -262,7 +265,7 @@ func (cs *consumer) Deliver(q *queue.Queue, d queue.Delivery) {
 	ch.nextTag++
 	tag := ch.nextTag
 	if !cs.noAck {
-		ch.unacked.push(unackedEntry{tag: tag, q: q, id: d.ID, cons: cs, global: ch.globalLimit.Load() > 0})
+		ch.unacked.push(unackedEntry{tag: tag, q: q, id: d.ID, cons: cs, global: !cs.perConsumerGlobal && ch.globalLimit.Load() > 0})
 	}
 	msg := d.Msg
 	if d.DeliveryCount > 0 {

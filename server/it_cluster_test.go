@@ -384,3 +384,39 @@ func TestClusterCatchUpAndNoMajority(t *testing.T) {
 	checkAMQPError(t, err, amqp.InternalError, "")
 	t.Logf("declare without a majority: %v", err)
 }
+
+func TestClusterClassicQueueServedByEveryNode(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	c1 := mustDial(t, tc.urls[0])
+	declareRetry(t, c1, "declare a durable classic queue on n1", func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare("shared.classic", true, false, false, false, nil)
+		return err
+	})
+	c2, c3 := mustDial(t, tc.urls[1]), mustDial(t, tc.urls[2])
+	pollUntil(t, "queue visible on n2 and n3", clusterWait, func() bool {
+		return queueExists(t, c2, "shared.classic") && queueExists(t, c3, "shared.classic")
+	})
+	// Redeclaring it on n3 finds the same queue, not a new local one.
+	ch3 := mustChannel(t, c3)
+	if _, err := ch3.QueueDeclare("shared.classic", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	pub := mustConfirmChannel(t, c2)
+	for i := 0; i < 50; i++ {
+		publishConfirmed(t, pub, "", "shared.classic", true, persistentMsg(fmt.Sprint(i)))
+	}
+	ds := mustConsume(t, ch3, "shared.classic", "", false, nil)
+	for i := 0; i < 50; i++ {
+		d := recvWithin(t, ds, clusterWait)
+		if string(d.Body) != fmt.Sprint(i) {
+			t.Fatalf("delivery %d: %q", i, d.Body)
+		}
+		d.Ack(false)
+	}
+	// Its group has one voter, the node that declared it.
+	for _, g := range tc.srvs[0].ClusterStatus().Groups {
+		if g.Name == "queue 'shared.classic' in vhost '/'" && (len(g.Voters) != 1 || g.Voters[0] != "n1") {
+			t.Fatalf("voters = %v, want [n1]", g.Voters)
+		}
+	}
+}

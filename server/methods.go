@@ -336,9 +336,14 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return err
 		}
-		if settings.quorum {
+		// In a cluster, durable classic queues are replicated too, with one voter (this node) and a
+		// non-voting replica on every other node: every node sees them and serves their clients,
+		// and they are unavailable while their home node is down, as in RabbitMQ.
+		classicShared := !settings.quorum && !settings.stream && m.Durable && !m.Exclusive && !m.AutoDelete &&
+			m.Queue != "" && c.s.clustered()
+		if settings.quorum || classicShared {
 			v.mu.Unlock()
-			if e, err = ch.declareQuorum(name, m.Arguments, settings); err != nil {
+			if e, err = ch.declareReplicated(name, m.Arguments, settings); err != nil {
 				return err
 			}
 			ch.lastQueue = name
@@ -504,7 +509,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if e.stream != nil {
 		return ch.consumeStream(m, e, tag)
 	}
-	if e.group != 0 && ch.globalLimit.Load() > 0 {
+	if e.settings.quorum && ch.globalLimit.Load() > 0 {
 		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", e.name, c.vhost.name)
 	}
 	priority := int32(0)
@@ -526,6 +531,14 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		onAdded = func() { c.out.sendMethod(ch.id, &amqp.BasicConsumeOk{ConsumerTag: tag}) }
 	}
 	spec := queue.ConsumerSpec{ID: cs.id, Prefetch: ch.prefetch, Priority: priority, NoAck: m.NoAck}
+	if e.group != 0 {
+		// A replicated classic queue cannot count a channel-wide limit across nodes: as RabbitMQ 4.3
+		// does, a global prefetch applies per consumer.
+		cs.perConsumerGlobal = true
+		if g := ch.globalLimit.Load(); g > 0 && (spec.Prefetch == 0 || g < spec.Prefetch) {
+			spec.Prefetch = g
+		}
+	}
 	if err := e.q.AddConsumer(spec, m.Exclusive, cs, onAdded); err != nil {
 		ch.mu.Lock()
 		delete(ch.consumers, tag)

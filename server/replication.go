@@ -518,12 +518,20 @@ func (s *Server) quorumMembers(size int) (voters, nonvoters []string, err error)
 	return voters, nonvoters, nil
 }
 
-// declareQuorum replicates a new quorum queue's declaration and returns this node's entry.
-func (ch *channel) declareQuorum(name string, args amqp.Table, st queueSettings) (*queueEntry, *amqp.Error) {
+// clustered reports whether this node has peers (then durable classic queues are replicated too).
+func (s *Server) clustered() bool { return len(s.node.Members()) > 1 }
+
+// declareReplicated replicates a new quorum queue's declaration (or, in a cluster, a durable
+// classic queue's, with this node as its only voter) and returns this node's entry.
+func (ch *channel) declareReplicated(name string, args amqp.Table, st queueSettings) (*queueEntry, *amqp.Error) {
 	s, v := ch.c.s, ch.c.vhost
-	voters, nonvoters, err := s.quorumMembers(st.groupSize)
+	size, kind := st.groupSize, "quorum queue"
+	if !st.quorum {
+		size, kind = 1, "queue"
+	}
+	voters, nonvoters, err := s.quorumMembers(size)
 	if err != nil {
-		return nil, amqp.Errorf(amqp.InternalError, "cannot declare quorum queue '%s' in vhost '%s': %v", name, v.name, err)
+		return nil, amqp.Errorf(amqp.InternalError, "cannot declare %s '%s' in vhost '%s': %v", kind, name, v.name, err)
 	}
 	var b [8]byte
 	rand.Read(b[:])

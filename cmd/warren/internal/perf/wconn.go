@@ -17,12 +17,14 @@ import (
 type coalescingConn struct {
 	net.Conn
 
-	mu      sync.Mutex
-	cond    sync.Cond // signalled when a batch has been written
-	pending []byte
-	spare   []byte
-	err     error
-	closed  bool
+	mu        sync.Mutex
+	cond      sync.Cond // signalled when a batch has been written
+	pending   []byte
+	spare     []byte
+	err       error
+	closed    bool
+	writing   bool      // a write (inline or the flusher's) is under way
+	lastWrite time.Time // when the last write ended
 
 	wake chan struct{} // capacity 1: there is something to write
 	done chan struct{} // closed when the flusher has ended
@@ -39,7 +41,10 @@ func newCoalescingConn(c net.Conn) *coalescingConn {
 	return w
 }
 
-// Write queues p for the flusher.
+// Write queues p for the flusher. A write that finds the connection idle (nothing queued or being
+// written, and no write for idleGap) goes out at once on the caller's goroutine instead: at low
+// rates, as in the latency scenario, that saves the flusher's wake-up on every message, while
+// busy connections still batch.
 func (w *coalescingConn) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	for len(w.pending) >= maxPending && w.err == nil && !w.closed {
@@ -53,13 +58,41 @@ func (w *coalescingConn) Write(p []byte) (int, error) {
 		}
 		return 0, err
 	}
+	if now := time.Now(); !w.writing && len(w.pending) == 0 && now.Sub(w.lastWrite) >= idleGap {
+		w.writing = true
+		w.mu.Unlock()
+		_, err := w.Conn.Write(p)
+		w.mu.Lock()
+		w.writing = false
+		w.lastWrite = time.Now()
+		if err != nil && w.err == nil {
+			w.err = err
+		}
+		more := len(w.pending) > 0
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		if more {
+			w.kick()
+		}
+		if err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	w.pending = append(w.pending, p...)
 	w.mu.Unlock()
+	w.kick()
+	return len(p), nil
+}
+
+// idleGap is how long a connection must have been quiet for Write to write inline.
+const idleGap = 200 * time.Microsecond
+
+func (w *coalescingConn) kick() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	return len(p), nil
 }
 
 // flush writes batches until the connection is closed and everything queued is written.
@@ -68,7 +101,8 @@ func (w *coalescingConn) flush() {
 	for range w.wake {
 		for {
 			w.mu.Lock()
-			if len(w.pending) == 0 {
+			if len(w.pending) == 0 || w.writing {
+				// Nothing to do, or an inline write is under way: it kicks us when it is done.
 				w.mu.Unlock()
 				break
 			}
@@ -76,9 +110,12 @@ func (w *coalescingConn) flush() {
 			batch := w.pending
 			w.pending = w.spare[:0]
 			w.spare = nil
+			w.writing = true
 			w.mu.Unlock()
 			_, err := w.Conn.Write(batch)
 			w.mu.Lock()
+			w.writing = false
+			w.lastWrite = time.Now()
 			w.spare = batch
 			if err != nil && w.err == nil {
 				w.err = err
