@@ -34,6 +34,7 @@ type clusterNode struct {
 	URL         string // amqp://guest:guest@AMQPAddr/
 	dir         string
 	peers       string // the --cluster-peers value
+	join        bool   // start with --cluster-join
 	b           *broker
 	lives       int
 	history     []string // tails of the logs of earlier processes, for failure reports
@@ -146,13 +147,17 @@ func (nd *clusterNode) logReport() string {
 
 // args returns the `warren serve` command line of the node.
 func (nd *clusterNode) args() []string {
-	return []string{"serve",
+	args := []string{"serve",
 		"--amqp-listen", nd.AMQPAddr,
 		"--data-dir", nd.dir,
 		"--node-id", nd.ID,
 		"--cluster-listen", nd.ClusterAddr,
 		"--cluster-peers", nd.peers,
 	}
+	if nd.join {
+		args = append(args, "--cluster-join")
+	}
+	return args
 }
 
 // launch starts the node's process without waiting for it to accept connections.

@@ -154,7 +154,14 @@ func (s *Server) applyMeta(v *vhost, op amqp.Table) {
 			if e.group == uint64(gid) {
 				return
 			}
-			s.dropQueue(v, e, e.group != 0)
+			if e.group == 0 {
+				// A queue local to this node (a stream, an exclusive or transient queue) has the
+				// name: it keeps it, and this node does not serve the replicated one.
+				s.log.Error("a replicated queue has the name of a queue local to this node; this node will not serve it",
+					"queue", str("name"))
+				return
+			}
+			s.dropQueue(v, e, true)
 		}
 		st, err := parseQueueArgs(str("name"), v.name, args)
 		if err != nil {
