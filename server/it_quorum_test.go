@@ -224,3 +224,33 @@ func TestQuorumSurvivesRestart(t *testing.T) {
 		t.Fatal("message unacked at shutdown not marked redelivered")
 	}
 }
+
+func TestQuorumDeliveryLimitDefaultAndNone(t *testing.T) {
+	if againstRabbitMQ() {
+		t.Skip("RabbitMQ 3.10 has no default delivery limit and refuses -1 (4.x behaviour)")
+	}
+	url := startBroker(t)
+	c := mustDial(t, url)
+	ch := mustConfirmChannel(t, c)
+	for _, tc := range []struct {
+		args    amqp.Table
+		returns int // requeues before the message is gone
+	}{
+		{nil, 21}, // default 20: the 21st return drops it
+		{amqp.Table{"x-delivery-limit": int32(-1)}, 30}, // no limit: still there after 30
+	} {
+		q := declareQuorum(t, url, ch, "qq-limit", tc.args)
+		publishConfirmed(t, ch, "", q, false, persistentMsg("m"))
+		for i := 0; i < tc.returns; i++ {
+			d := mustGetBody(t, ch, q, false, "m")
+			if err := d.Reject(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := 0
+		if tc.args != nil {
+			want = 1
+		}
+		eventually(t, "message count after the returns", func() bool { n, _ := queueCounts(t, ch, q); return n == want })
+	}
+}

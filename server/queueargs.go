@@ -179,7 +179,9 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	} else if ok {
 		st.maxLengthBytes = n
 	}
-	if n, ok, err = integer("x-delivery-limit", true); err != nil {
+	if n, isInt := amqp.AsInt64(args["x-delivery-limit"]); isInt && n < 0 && quorumType(args) {
+		st.deliveryLimit = -1 // RabbitMQ 4.x: a negative limit on a quorum queue means none
+	} else if n, ok, err = integer("x-delivery-limit", true); err != nil {
 		return st, err
 	} else if ok {
 		st.deliveryLimit = n
@@ -253,8 +255,6 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 	if st.quorum {
 		if _, set := args["x-delivery-limit"]; !set {
 			st.deliveryLimit = defaultQuorumDeliveryLimit
-		} else if st.deliveryLimit < 0 {
-			st.deliveryLimit = -1
 		}
 		if n, ok, err := integer("x-quorum-initial-group-size", false); err != nil {
 			return st, err
@@ -293,6 +293,17 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		}
 	}
 	return st, nil
+}
+
+// quorumType reports whether args ask for a quorum queue.
+func quorumType(args amqp.Table) bool {
+	switch t := args["x-queue-type"].(type) {
+	case string:
+		return t == "quorum"
+	case []byte:
+		return string(t) == "quorum"
+	}
+	return false
 }
 
 // defaultQuorumDeliveryLimit is RabbitMQ 4.x's delivery limit of quorum queues.
