@@ -438,6 +438,7 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 	type item struct {
 		id uint64
 		f  raft.ApplyFuture
+		g  *Group
 	}
 	waiters := make(map[uint64]chan item)
 	var wg sync.WaitGroup
@@ -465,7 +466,11 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 				out <- encodeResponse(id, codeRetry, 0, []byte("node "+n.cfg.NodeID+" is not the leader"))
 				continue
 			}
-			f := g.raft.Apply(d.b, timeout)
+			f, ok := g.applyTracked(d.b, timeout)
+			if !ok {
+				out <- encodeResponse(id, codeRetry, 0, []byte("group closing on node "+n.cfg.NodeID))
+				continue
+			}
 			ch := waiters[gid]
 			if ch == nil {
 				ch = make(chan item, fwdOutQueue)
@@ -474,11 +479,13 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 				go func() {
 					defer wg.Done()
 					for it := range ch {
-						out <- futureResponse(it.id, it.f)
+						resp := futureResponse(it.id, it.f)
+						it.g.outstanding.Add(-1)
+						out <- resp
 					}
 				}()
 			}
-			ch <- item{id: id, f: f}
+			ch <- item{id: id, f: f, g: g}
 		case fwdAddVoter, fwdAddNonvoter, fwdRemoveServer:
 			sid, addr := string(d.bytes()), string(d.bytes())
 			if d.err != nil {
