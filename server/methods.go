@@ -346,42 +346,8 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			if e, err = ch.declareReplicated(name, m.Arguments, settings); err != nil {
 				return err
 			}
-			ch.lastQueue = name
-			if m.NoWait {
-				return nil
-			}
-			ready, consumers := e.counts()
-			c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
-			return nil
-		}
-		id := c.s.nextQueueID.Add(1)
-		opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, id)
-		e = &queueEntry{args: m.Arguments, v: v, settings: settings, hooks: hooks,
-			name: name, durable: m.Durable, autoDel: m.AutoDelete, id: id}
-		if settings.stream {
-			sq, serr := c.s.openStream(v, name, id, settings)
-			if serr != nil {
-				v.mu.Unlock()
-				return amqp.Errorf(amqp.InternalError, "cannot create stream '%s': %v", name, serr)
-			}
-			e.stream = sq
-		} else {
-			e.q = queue.New(opts)
-		}
-		hooks.e.Store(e)
-		if m.Exclusive {
-			e.owner = c
-			if c.exclusiveQs == nil {
-				c.exclusiveQs = make(map[*queueEntry]struct{})
-			}
-			c.exclusiveQs[e] = struct{}{}
-		}
-		v.queues[name] = e
-		v.mu.Unlock()
-		if m.Durable && !m.Exclusive {
-			if err := ch.syncMeta(); err != nil {
-				return err
-			}
+		} else if e, err = ch.createQueue(m, name, settings); err != nil {
+			return err
 		}
 	}
 	ch.lastQueue = name
@@ -391,6 +357,42 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	ready, consumers := e.counts()
 	c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
 	return nil
+}
+
+// createQueue creates a queue on this node only (v.mu held by the caller; released here).
+func (ch *channel) createQueue(m *amqp.QueueDeclare, name string, settings queueSettings) (*queueEntry, *amqp.Error) {
+	c := ch.c
+	v := c.vhost
+	id := c.s.nextQueueID.Add(1)
+	opts, hooks := c.s.newQueueOptions(v, name, m.Durable, m.Exclusive, m.AutoDelete, settings, id)
+	e := &queueEntry{args: m.Arguments, v: v, settings: settings, hooks: hooks,
+		name: name, durable: m.Durable, autoDel: m.AutoDelete, id: id}
+	if settings.stream {
+		sq, serr := c.s.openStream(v, name, id, settings)
+		if serr != nil {
+			v.mu.Unlock()
+			return nil, amqp.Errorf(amqp.InternalError, "cannot create stream '%s': %v", name, serr)
+		}
+		e.stream = sq
+	} else {
+		e.q = queue.New(opts)
+	}
+	hooks.e.Store(e)
+	if m.Exclusive {
+		e.owner = c
+		if c.exclusiveQs == nil {
+			c.exclusiveQs = make(map[*queueEntry]struct{})
+		}
+		c.exclusiveQs[e] = struct{}{}
+	}
+	v.queues[name] = e
+	v.mu.Unlock()
+	if m.Durable && !m.Exclusive {
+		if err := ch.syncMeta(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait, bind bool) *amqp.Error {

@@ -124,6 +124,18 @@ type Queue struct {
 
 // New creates a queue and starts its dispatcher. Close stops it.
 func New(opts Options) *Queue {
+	q := newQueue(opts)
+	q.reserveFn = q.reserve
+	q.timeoutFn = func(ConsumerID) int64 { return q.ConsumerTimeout }
+	if q.PageWindow <= 0 {
+		q.PageWindow = DefaultPageWindow
+	}
+	go q.dispatch()
+	return q
+}
+
+// newQueue builds a queue without starting its dispatcher.
+func newQueue(opts Options) *Queue {
 	cfg := DefaultConfig()
 	if opts.Config != nil {
 		cfg = *opts.Config
@@ -137,15 +149,9 @@ func New(opts Options) *Queue {
 		done:      make(chan struct{}),
 		lastUsed:  nowMs(),
 	}
-	q.reserveFn = q.reserve
-	q.timeoutFn = func(ConsumerID) int64 { return q.ConsumerTimeout }
-	if q.PageWindow <= 0 {
-		q.PageWindow = DefaultPageWindow
-	}
 	if q.Logger == nil {
 		q.Logger = slog.Default()
 	}
-	go q.dispatch()
 	return q
 }
 

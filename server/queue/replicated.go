@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -121,31 +120,16 @@ func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 	opts.DB = nil // bodies live in the Raft log and snapshots
 	opts.ConsumerTimeout = 0
 	opts.Expires = 0
-	cfg := DefaultConfig()
-	if opts.Config != nil {
-		cfg = *opts.Config
-	}
-	q := &Queue{
-		Options:   opts,
-		m:         NewMachineConfig(cfg),
-		consumers: make(map[ConsumerID]Consumer),
-		kick:      make(chan struct{}, 1),
-		quit:      make(chan struct{}),
-		done:      make(chan struct{}),
-		lastUsed:  nowMs(),
-		r: &replState{
-			rep:       rep,
-			tag:       nodeTag,
-			epoch:     epoch,
-			producer:  uint64(nodeTag)<<48 | uint64(binary.BigEndian.Uint32(b[:])),
-			slots:     make(chan struct{}, replMaxInflight),
-			producers: make(map[uint64]*seqWindow),
-			getOwner:  make(map[uint64]uint16),
-			pending:   make(map[ConsumerID]bool),
-		},
-	}
-	if q.Logger == nil {
-		q.Logger = slog.Default()
+	q := newQueue(opts)
+	q.r = &replState{
+		rep:       rep,
+		tag:       nodeTag,
+		epoch:     epoch,
+		producer:  uint64(nodeTag)<<48 | uint64(binary.BigEndian.Uint32(b[:])),
+		slots:     make(chan struct{}, replMaxInflight),
+		producers: make(map[uint64]*seqWindow),
+		getOwner:  make(map[uint64]uint16),
+		pending:   make(map[ConsumerID]bool),
 	}
 	go q.rdispatch()
 	return q
