@@ -225,10 +225,10 @@ func (s *Server) dropQueue(v *vhost, e *queueEntry, removeGroup bool) int {
 	return n
 }
 
-// metaSnapshot is the replicated metadata at one index.
-type metaSnapshot struct{ data []byte }
+// bytesSnapshot is an FSM snapshot already encoded (metadata or a quorum queue).
+type bytesSnapshot struct{ data []byte }
 
-func (m *metaSnapshot) Persist(sink raft.SnapshotSink) error {
+func (m *bytesSnapshot) Persist(sink raft.SnapshotSink) error {
 	if _, err := sink.Write(m.data); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("write metadata snapshot: %w", err)
@@ -236,7 +236,7 @@ func (m *metaSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (m *metaSnapshot) Release() {}
+func (m *bytesSnapshot) Release() {}
 
 // Snapshot implements raft.FSM: the replicated part of the metadata, as records like those on disk.
 func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -252,7 +252,7 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 		list = append(list, amqp.Table{"key": []byte(k), "value": recs[k]})
 	}
 	data := mustTable(amqp.Table{"applied": int64(v.metaApplied.Load()), "records": list})
-	return &metaSnapshot{data: data}, nil
+	return &bytesSnapshot{data: data}, nil
 }
 
 // Restore implements raft.FSM: it makes the replicated metadata that of the snapshot, unless the
@@ -403,7 +403,7 @@ func (f *queueFSM) Apply(l *raft.Log) any {
 }
 
 func (f *queueFSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &metaSnapshot{data: f.q.Snapshot()}, nil
+	return &bytesSnapshot{data: f.q.Snapshot()}, nil
 }
 
 func (f *queueFSM) Restore(rc io.ReadCloser) error {
