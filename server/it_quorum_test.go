@@ -254,3 +254,40 @@ func TestQuorumDeliveryLimitDefaultAndNone(t *testing.T) {
 		eventually(t, "message count after the returns", func() bool { n, _ := queueCounts(t, ch, q); return n == want })
 	}
 }
+
+// TestQuorumConsumerTimeout: as in RabbitMQ 4.3, a quorum queue consumer that holds a delivery
+// longer than x-consumer-timeout gets basic.cancel and its message goes back to the queue; the
+// channel stays open.
+func TestQuorumConsumerTimeout(t *testing.T) {
+	if againstRabbitMQ() {
+		t.Skip("RabbitMQ 3.10 closes the channel with 406 instead (4.3 cancels the consumer)")
+	}
+	url := startBroker(t)
+	c := mustDial(t, url)
+	ch := mustConfirmChannel(t, c)
+	q := declareQuorum(t, url, ch, "qq-timeout", amqp.Table{"x-consumer-timeout": int32(300)})
+	cch := mustChannel(t, c)
+	cancels := cch.NotifyCancel(make(chan string, 2))
+	da := mustConsume(t, cch, q, "a", false, nil)
+	publishConfirmed(t, ch, "", q, false, persistentMsg("held"))
+	start := time.Now()
+	recvBody(t, da, "held")
+	select {
+	case tag := <-cancels:
+		if tag != "a" {
+			t.Fatalf("basic.cancel for %q, want a", tag)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("no basic.cancel within %v of a 300 ms consumer timeout", waitFor)
+	}
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Errorf("consumer cancelled after %v, before its 300 ms timeout", el)
+	}
+	db := mustConsume(t, cch, q, "b", false, nil)
+	m := recvBody(t, db, "held")
+	if !m.Redelivered {
+		t.Error("message of the timed-out consumer not marked redelivered")
+	}
+	m.Ack(false)
+	expectOpen(t, cch)
+}

@@ -118,7 +118,6 @@ func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 	var b [4]byte
 	rand.Read(b[:])
 	opts.DB = nil // bodies live in the Raft log and snapshots
-	opts.ConsumerTimeout = 0
 	opts.Expires = 0
 	q := newQueue(opts)
 	q.r = &replState{
@@ -130,6 +129,14 @@ func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 		producers: make(map[uint64]*seqWindow),
 		getOwner:  make(map[uint64]uint16),
 		pending:   make(map[ConsumerID]bool),
+	}
+	// Each node times out its own consumers: the delivery times are in the replicated state (they
+	// come from the commands), the decision to cancel is local.
+	q.timeoutFn = func(id ConsumerID) int64 {
+		if _, local := q.consumers[id]; local {
+			return q.ConsumerTimeout
+		}
+		return 0
 	}
 	go q.rdispatch()
 	return q
@@ -244,7 +251,8 @@ func cmdHeader(kind byte, size int) []byte {
 }
 
 func idsCmd(kind byte, ids []uint64) []byte {
-	b := cmdHeader(kind, 4+len(ids)*5)
+	b := cmdHeader(kind, 12+len(ids)*5)
+	b = binary.AppendVarint(b, nowMs())
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, id)
@@ -385,9 +393,10 @@ func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAd
 
 // removeCmd detaches a consumer; with giveBack its unacked messages also return to the queue.
 func (q *Queue) removeCmd(id ConsumerID, giveBack bool) []byte {
-	b := cmdHeader(cmdRemoveConsumer, 9)
+	b := cmdHeader(cmdRemoveConsumer, 20)
 	b = binary.BigEndian.AppendUint64(b, uint64(id))
-	return append(b, boolByte(giveBack))
+	b = append(b, boolByte(giveBack))
+	return binary.AppendVarint(b, nowMs())
 }
 
 func boolByte(v bool) byte {
@@ -418,10 +427,11 @@ func (q *Queue) NodeReset(tag, keepEpoch uint16, all bool) {
 	if q.r == nil {
 		return
 	}
-	b := cmdHeader(cmdNodeReset, 6)
+	b := cmdHeader(cmdNodeReset, 16)
 	b = binary.BigEndian.AppendUint16(b, tag)
 	b = binary.BigEndian.AppendUint16(b, keepEpoch)
 	b = append(b, boolByte(all))
+	b = binary.AppendVarint(b, nowMs())
 	q.propose(b)
 }
 
@@ -483,7 +493,7 @@ func (q *Queue) PurgeErr() (int, error) {
 	if q.r == nil {
 		return q.Purge(), nil
 	}
-	resp, err := q.proposeWait(cmdHeader(cmdPurge, 0))
+	resp, err := q.proposeWait(binary.AppendVarint(cmdHeader(cmdPurge, 10), nowMs()))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", ErrNoQuorum, err)
 	}
@@ -543,6 +553,7 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 			}
 		}
 	case cmdSettle, cmdReturn, cmdDiscard:
+		now = d.varint()
 		n := d.uvarint()
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			id := d.uvarint()
@@ -586,7 +597,8 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 		resp = []byte{0}
 	case cmdRemoveConsumer:
 		id := ConsumerID(d.u64())
-		giveBack := len(d.b) > 0 && d.byte() == 1
+		giveBack := d.byte() == 1
+		now = d.varint()
 		if d.err == nil {
 			q.m.RemoveConsumer(id)
 			if q.exclusiveConsumer == id {
@@ -603,6 +615,11 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 			break
 		}
 		tag, keep, all := binary.BigEndian.Uint16(d.b), binary.BigEndian.Uint16(d.b[2:]), d.b[4] == 1
+		d.b = d.b[5:]
+		now = d.varint()
+		if d.err != nil {
+			break
+		}
 		gone := func(id ConsumerID) bool { return ConsumerNode(id) == tag && (all || ConsumerEpoch(id) != keep) }
 		for _, id := range q.m.ConsumerIDs() {
 			if gone(id) {
@@ -668,7 +685,9 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 		resp = binary.AppendUvarint(resp, uint64(del.DeliveryCount))
 		resp = appendMsg(resp, del.Msg)
 	case cmdPurge:
-		resp = binary.AppendUvarint(nil, uint64(q.m.Purge()))
+		if now = d.varint(); d.err == nil {
+			resp = binary.AppendUvarint(nil, uint64(q.m.Purge()))
+		}
 	default:
 		q.Logger.Error("quorum queue: unknown command; skipped", "queue", q.Name, "index", index, "type", cmd[1])
 	}
@@ -734,12 +753,23 @@ func (q *Queue) rdispatch() {
 	var targets []Consumer
 	var ticking atomic.Bool
 	for {
+		leader := q.r.rep.IsLeader()
 		q.mu.Lock()
-		deadline, timed := q.m.NextExpiry()
+		expAt, hasExp := q.m.NextExpiry()
+		hasExp = hasExp && leader && !ticking.Load()
+		var toAt int64
+		hasTo := false
+		if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
+			toAt, hasTo = q.m.NextTimeout(q.timeoutFn)
+		}
 		q.mu.Unlock()
 		var wake <-chan time.Time
-		if timed && !ticking.Load() {
-			d := time.Until(time.UnixMilli(deadline))
+		if hasExp || hasTo {
+			at := expAt
+			if !hasExp || hasTo && toAt < at {
+				at = toAt
+			}
+			d := time.Until(time.UnixMilli(at))
 			if d < time.Millisecond {
 				d = time.Millisecond
 			}
@@ -751,14 +781,18 @@ func (q *Queue) rdispatch() {
 			return
 		case <-q.kick:
 		case <-wake:
-			if q.r.rep.IsLeader() {
+			now := nowMs()
+			if hasExp && now >= expAt && q.r.rep.IsLeader() {
 				ticking.Store(true)
 				b := cmdHeader(cmdTick, 10)
-				b = binary.AppendVarint(b, nowMs())
+				b = binary.AppendVarint(b, now)
 				q.r.rep.Propose(b, func([]byte, error) { ticking.Store(false); q.Kick() })
 			}
+			if hasTo && now >= toAt {
+				q.timeOutConsumers(now)
+			}
 		}
-		if timed && !timer.Stop() {
+		if wake != nil && !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
@@ -786,6 +820,24 @@ func (q *Queue) rdispatch() {
 		}
 		if len(back) > 0 {
 			q.propose(idsCmd(cmdReturn, back))
+		}
+	}
+}
+
+// timeOutConsumers reports this node's consumers that held a delivery too long to the hooks (which
+// cancel them and return their messages).
+func (q *Queue) timeOutConsumers(now int64) {
+	q.mu.Lock()
+	var late []Consumer
+	for _, id := range q.m.TimedOut(now, q.timeoutFn) {
+		if c := q.consumers[id]; c != nil {
+			late = append(late, c)
+		}
+	}
+	q.mu.Unlock()
+	if q.Hooks != nil {
+		for _, c := range late {
+			q.Hooks.ConsumerTimedOut(q, c)
 		}
 	}
 }
