@@ -108,7 +108,11 @@ type replState struct {
 	pending map[ConsumerID]bool // local consumers whose basic.consume-ok has not gone out yet
 	outbox  []Delivery          // deliveries to local consumers, for the dispatcher
 	held    []Delivery          // deliveries to pending consumers
-	orphans []uint64            // deliveries to this node's consumers that are gone: to return
+	// stale are this node's consumers that are gone locally but still attached in the replicated
+	// state (their removal is in flight, or failed for want of a quorum); reaping marks those whose
+	// removal this node has proposed and not yet seen answered.
+	stale   []ConsumerID
+	reaping map[ConsumerID]bool
 }
 
 // NewReplicated creates a replicated (quorum) queue driven by rep: every change is a command that
@@ -696,11 +700,17 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 	}
 	dead = append(dead, q.rCheckout(now)...)
 	q.releaseFlow()
-	orphans := q.r.orphans
-	q.r.orphans = nil
+	stale := q.r.stale
+	q.r.stale = nil
 	q.mu.Unlock()
-	if len(orphans) > 0 {
-		q.propose(idsCmd(cmdReturn, orphans))
+	for _, id := range stale {
+		// Detach it and give its messages back; until that is applied, a new delivery to it
+		// proposes nothing more (reaping), and a failed proposal is made again at the next one.
+		q.r.rep.Propose(q.removeCmd(id, true), func([]byte, error) {
+			q.mu.Lock()
+			delete(q.r.reaping, id)
+			q.mu.Unlock()
+		})
 	}
 	if len(dead) > 0 && q.Hooks != nil && q.r.rep.IsLeader() {
 		q.Hooks.DeadLetter(q, dead)
@@ -724,10 +734,15 @@ func (q *Queue) rCheckout(now int64) []Dead {
 		all = append(all, dead...)
 		for _, del := range ds {
 			if _, local := q.consumers[del.Consumer]; !local {
-				// One of ours that went away before its removal was applied: only this node
-				// knows, so this node gives the message back.
-				if ConsumerNode(del.Consumer) == q.r.tag && ConsumerEpoch(del.Consumer) == q.r.epoch && !del.Settled {
-					q.r.orphans = append(q.r.orphans, del.ID)
+				// One of ours that went away before its removal was applied (or whose removal
+				// failed): only this node knows, so this node detaches it and gives its messages
+				// back, this one included.
+				if c := del.Consumer; ConsumerNode(c) == q.r.tag && ConsumerEpoch(c) == q.r.epoch && !q.r.reaping[c] {
+					if q.r.reaping == nil {
+						q.r.reaping = make(map[ConsumerID]bool)
+					}
+					q.r.reaping[c] = true
+					q.r.stale = append(q.r.stale, c)
 				}
 				continue
 			}
@@ -931,7 +946,7 @@ func (q *Queue) RestoreSnapshot(snap []byte) error {
 	q.m = m
 	q.exclusiveConsumer = excl
 	q.r.producers, q.r.getOwner, q.r.applied = producers, gets, applied
-	q.r.outbox, q.r.held = nil, nil
+	q.r.outbox, q.r.held, q.r.stale = nil, nil, nil
 	q.mu.Unlock()
 	q.Kick()
 	return nil

@@ -227,4 +227,24 @@ func TestReplicatedOrphanedDeliveryGoesBack(t *testing.T) {
 			t.Fatalf("counts = %d ready, %d consumers; want the message back and no consumer", ready, consumers)
 		}
 	}
+	// A consumer whose removal never made it into the log (no quorum at the time) is detached
+	// when a delivery to it shows it is stale, and its message comes back.
+	cid2 := cid + 1
+	go func() { added <- q2.AddConsumer(ConsumerSpec{ID: cid2, Prefetch: 10}, false, &recConsumer{}, nil) }()
+	waitFor(t, "second consume proposed", func() bool { rep.mu.Lock(); defer rep.mu.Unlock(); return len(rep.queued) == 1 })
+	rep.flush()
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	rep.flush() // delivers the ready message to cid2
+	q2.mu.Lock()
+	delete(q2.consumers, cid2) // gone locally; its removal was lost
+	q2.mu.Unlock()
+	q1.Publish(&Message{Body: []byte("m2")}, nil)
+	rep.flush()
+	for _, q := range []*Queue{q1, q2} {
+		if ready, consumers := q.Counts(); ready != 2 || consumers != 0 {
+			t.Fatalf("after the stale consumer: %d ready, %d consumers; want 2 and 0", ready, consumers)
+		}
+	}
 }
