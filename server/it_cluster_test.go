@@ -420,3 +420,30 @@ func TestClusterClassicQueueServedByEveryNode(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterClassicQueueHomeDownCancelsConsumers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops a node")
+	}
+	tc := newTestCluster(t, 3)
+	c1 := mustDial(t, tc.urls[0])
+	declareRetry(t, c1, "declare a durable classic queue on n1", func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare("home.n1", true, false, false, false, nil)
+		return err
+	})
+	c2 := mustDial(t, tc.urls[1])
+	pollUntil(t, "queue visible on n2", clusterWait, func() bool { return queueExists(t, c2, "home.n1") })
+	ch2 := mustChannel(t, c2)
+	cancels := ch2.NotifyCancel(make(chan string, 1))
+	mustConsume(t, ch2, "home.n1", "on-n2", false, nil)
+	tc.stop(0)
+	select {
+	case tag := <-cancels:
+		if tag != "on-n2" {
+			t.Fatalf("basic.cancel for %q", tag)
+		}
+	case <-time.After(clusterWait):
+		t.Fatal("no basic.cancel after the queue's home node stopped")
+	}
+	expectOpen(t, ch2)
+}

@@ -484,6 +484,16 @@ func (s *Server) peerChanged(id string, up bool) {
 			if e.rep.IsLeader() {
 				e.q.NodeReset(tag, 0, true)
 			}
+			if len(e.voters) == 1 && e.voters[0] == id {
+				// A classic queue whose home node is gone is unavailable: as RabbitMQ does, its
+				// consumers here get basic.cancel.
+				for cid, c := range e.q.LocalConsumers() {
+					if cs, ok := c.(*consumer); ok {
+						cs.ch.serverCancel(cs)
+						e.q.RemoveConsumer(cid)
+					}
+				}
+			}
 		}
 	}
 }

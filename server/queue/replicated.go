@@ -439,6 +439,17 @@ func (q *Queue) NodeReset(tag, keepEpoch uint16, all bool) {
 	q.propose(b)
 }
 
+// LocalConsumers returns the consumers attached to q through this node.
+func (q *Queue) LocalConsumers() map[ConsumerID]Consumer {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[ConsumerID]Consumer, len(q.consumers))
+	for id, c := range q.consumers {
+		out[id] = c
+	}
+	return out
+}
+
 // ConsumerNodes lists the node tags of the consumers the replicated state knows (to find those of
 // nodes that are down).
 func (q *Queue) ConsumerNodes() []uint16 {
