@@ -727,12 +727,7 @@ func (c *conn) cleanup() {
 
 // deleteQueue deletes a queue and tells its consumers.
 func (c *conn) deleteQueue(e *queueEntry) int {
-	consumers, n := c.vhost.deleteQueue(e)
-	for _, cons := range consumers {
-		if sc, ok := cons.(*consumer); ok {
-			sc.ch.serverCancel(sc)
-		}
-	}
+	n := c.vhost.deleteQueue(e)
 	if e.owner != nil {
 		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
 	} else if e.durable {

@@ -133,12 +133,7 @@ func (s *Server) runJanitor() {
 				// deleting here is still safe because the owner only reads its map on close.
 				s.log.Debug("exclusive queue expired", "queue", e.name)
 			}
-			consumers, _ := e.v.deleteQueue(e)
-			for _, cons := range consumers {
-				if sc, ok := cons.(*consumer); ok {
-					sc.ch.serverCancel(sc)
-				}
-			}
+			e.v.deleteQueue(e)
 			if err := e.v.syncMeta(); err != nil {
 				s.log.Error("cannot store metadata", "err", err)
 			}

@@ -225,7 +225,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 // exchanges, quorum queues).
 func (ch *channel) replicateBinding(op, source, dest, destType, key string, args amqp.Table) *amqp.Error {
 	v := ch.c.vhost
-	if x, ok := v.exchanges.Get(source); !ok || !x.Durable || builtinExchange(source) && source == "" {
+	if x, ok := v.exchanges.Get(source); !ok || !x.Durable {
 		return nil
 	}
 	if destType == "exchange" {

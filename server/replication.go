@@ -20,10 +20,12 @@ import (
 	"warren/server/queue"
 )
 
-// What is replicated through the metadata group: durable exchanges, quorum queues and the bindings
-// between them. Classic queues and streams (and their bindings) stay on the node that declared them.
+// What is replicated through the metadata group: durable exchanges, quorum queues, durable classic
+// queues declared in a cluster, and the bindings to them. Streams and exclusive, auto-delete or
+// non-durable queues (and their bindings) stay on the node that declared them.
 
-// metaTimeout bounds how long a declaration waits for the metadata group.
+// metaTimeout bounds how long a declaration waits for the metadata group, and a quorum queue
+// command for its group (after which a publish is nacked).
 const metaTimeout = 10 * time.Second
 
 // metaGroupID is the Raft group of the cluster metadata.
@@ -161,7 +163,7 @@ func (s *Server) applyMeta(v *vhost, op amqp.Table) {
 					"queue", str("name"))
 				return
 			}
-			s.dropQueue(v, e, true)
+			s.dropQueue(v, e)
 		}
 		st, err := parseQueueArgs(str("name"), v.name, args)
 		if err != nil {
@@ -174,7 +176,7 @@ func (s *Server) applyMeta(v *vhost, op amqp.Table) {
 	case "queue.delete":
 		gid, _ := amqp.AsInt64(op["group"])
 		if e := v.lookupQueue(str("name")); e != nil && e.group == uint64(gid) {
-			s.dropQueue(v, e, true)
+			s.dropQueue(v, e)
 		}
 	default:
 		s.log.Error("unknown metadata command; skipped", "op", str("op"))
@@ -200,29 +202,15 @@ func anys(ss []string) []any {
 	return out
 }
 
-// dropQueue deletes a queue on this node: its consumers are cancelled; a quorum queue's group and
-// its data go (removeGroup).
-func (s *Server) dropQueue(v *vhost, e *queueEntry, removeGroup bool) int {
-	consumers, n := v.deleteQueue(e)
-	for _, cons := range consumers {
-		if sc, ok := cons.(*consumer); ok {
-			sc.ch.serverCancel(sc)
+// dropQueue deletes a replicated queue on this node: its consumers are cancelled, and its group's
+// log and snapshots go.
+func (s *Server) dropQueue(v *vhost, e *queueEntry) {
+	v.deleteQueue(e)
+	if g := s.node.Group(e.group); g != nil {
+		if err := g.Remove(); err != nil {
+			s.log.Warn("cannot remove a replicated queue's group", "queue", e.name, "err", err)
 		}
 	}
-	if e.group != 0 {
-		if g := s.node.Group(e.group); g != nil {
-			var err error
-			if removeGroup {
-				err = g.Remove()
-			} else {
-				err = g.Close()
-			}
-			if err != nil {
-				s.log.Warn("cannot stop a quorum queue's group", "queue", e.name, "err", err)
-			}
-		}
-	}
-	return n
 }
 
 // bytesSnapshot is an FSM snapshot already encoded (metadata or a quorum queue).
@@ -300,8 +288,8 @@ func (s *Server) reconcileMeta(v *vhost, want map[string][]byte) {
 		case metaExchange:
 			s.applyMeta(v, amqp.Table{"op": "exchange.delete", "name": name})
 		case metaQueue:
-			if e := v.lookupQueue(name); e != nil {
-				s.dropQueue(v, e, true)
+			if e := v.lookupQueue(name); e != nil && e.group != 0 {
+				s.dropQueue(v, e)
 			}
 		case metaBinding:
 			if t, _, err := amqp.DecodeTable(have[k]); err == nil {
@@ -381,7 +369,7 @@ func (r *groupReplicator) Propose(cmd []byte, done func([]byte, error)) {
 		go done(nil, errors.New("quorum queue group not started"))
 		return
 	}
-	g.ProposeAsync(cmd, 10*time.Second, func(res cluster.Result, err error) { done(res.Data, err) })
+	g.ProposeAsync(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Data, err) })
 }
 
 func (r *groupReplicator) IsLeader() bool {

@@ -84,8 +84,9 @@ func (v *vhost) lookupQueue(name string) *queueEntry {
 	return v.queues[name]
 }
 
-// deleteQueue removes a queue and its bindings, returning its consumers so their channels can be told.
-func (v *vhost) deleteQueue(e *queueEntry) (map[queue.ConsumerID]queue.Consumer, int) {
+// deleteQueue removes a queue and its bindings, tells its consumers (basic.cancel) and returns how
+// many ready messages went with it.
+func (v *vhost) deleteQueue(e *queueEntry) int {
 	v.mu.Lock()
 	if cur := v.queues[e.name]; cur == e {
 		delete(v.queues, e.name)
@@ -94,11 +95,16 @@ func (v *vhost) deleteQueue(e *queueEntry) (map[queue.ConsumerID]queue.Consumer,
 	v.mu.Unlock()
 	if e.stream != nil {
 		e.stream.delete()
-		return nil, 0
+		return 0
 	}
 	consumers, n := e.q.Close()
 	e.q.Drop()
-	return consumers, n
+	for _, cons := range consumers {
+		if sc, ok := cons.(*consumer); ok {
+			sc.ch.serverCancel(sc)
+		}
+	}
+	return n
 }
 
 // publish hands a routed message to the queue, whatever its type.

@@ -1,12 +1,6 @@
 package perf
 
 import (
-	"bytes"
-	"context"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -45,34 +39,14 @@ func TestQuorumScenarioDefinition(t *testing.T) {
 }
 
 func TestBenchQuorumScenario(t *testing.T) {
-	uri := startBroker(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refURI := "amqp://guest:guest@" + ln.Addr().String() + "/"
-	ln.Close()
-	out := filepath.Join(t.TempDir(), "benchmarks.md")
-	var stdout bytes.Buffer
-	err = Bench(context.Background(), BenchConfig{
-		WarrenURI: uri, RefURI: refURI, Runs: 1, Scenarios: []string{"S9"}, Out: out,
-		Duration:    500 * time.Millisecond,
-		CommandLine: "warren perf bench --test", Stdout: &stdout, Log: io.Discard,
-	})
-	if err != nil {
-		t.Fatalf("Bench: %v", err)
-	}
-	md, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("read %s: %v", out, err)
-	}
+	md := benchOne(t, BenchConfig{Scenarios: []string{"S9"}, Duration: 500 * time.Millisecond})
 	for _, want := range []string{"S9 quorum queue, confirms (window 100), manual ack, 1p/1c, 1 KB",
 		"consumed msg/s", "confirmed msg/s", "x-queue-type=quorum"} {
-		if !strings.Contains(string(md), want) {
+		if !strings.Contains(md, want) {
 			t.Errorf("benchmarks.md lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(string(md), "FAILED") || strings.Contains(string(md), "LOST") {
+	if strings.Contains(md, "FAILED") || strings.Contains(md, "LOST") {
 		t.Errorf("the quorum scenario failed:\n%s", md)
 	}
 }

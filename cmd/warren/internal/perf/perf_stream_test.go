@@ -30,35 +30,40 @@ func TestRunStreamFillThenReadFromFirst(t *testing.T) {
 	}
 }
 
-func TestBenchStreamScenario(t *testing.T) {
-	uri := startBroker(t)
+// benchOne runs the scenarios of cfg once against an in-process broker, with the reference broker
+// unreachable, and returns the Markdown report.
+func benchOne(t *testing.T, cfg BenchConfig) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	refURI := "amqp://guest:guest@" + ln.Addr().String() + "/"
+	cfg.RefURI = "amqp://guest:guest@" + ln.Addr().String() + "/"
 	ln.Close()
-	out := filepath.Join(t.TempDir(), "benchmarks.md")
+	cfg.WarrenURI = startBroker(t)
+	cfg.Runs = 1
+	cfg.Out = filepath.Join(t.TempDir(), "benchmarks.md")
 	var stdout bytes.Buffer
-	err = Bench(context.Background(), BenchConfig{
-		WarrenURI: uri, RefURI: refURI, Runs: 1, Scenarios: []string{"S8"}, Out: out,
-		BacklogTimeout: time.Minute, StreamMessages: 3000,
-		CommandLine: "warren perf bench --test", Stdout: &stdout, Log: io.Discard,
-	})
-	if err != nil {
+	cfg.CommandLine, cfg.Stdout, cfg.Log = "warren perf bench --test", &stdout, io.Discard
+	if err := Bench(context.Background(), cfg); err != nil {
 		t.Fatalf("Bench: %v", err)
 	}
-	md, err := os.ReadFile(out)
+	md, err := os.ReadFile(cfg.Out)
 	if err != nil {
-		t.Fatalf("read %s: %v", out, err)
+		t.Fatalf("read %s: %v", cfg.Out, err)
 	}
+	return string(md)
+}
+
+func TestBenchStreamScenario(t *testing.T) {
+	md := benchOne(t, BenchConfig{Scenarios: []string{"S8"}, BacklogTimeout: time.Minute, StreamMessages: 3000})
 	for _, want := range []string{"S8 stream: 3,000 messages (1 KB) published with confirms, then consumed from first",
 		"published (confirmed msg/s)", "consumed from first (msg/s)", "x-stream-offset=first"} {
-		if !strings.Contains(string(md), want) {
+		if !strings.Contains(md, want) {
 			t.Errorf("benchmarks.md lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(string(md), "FAILED") || strings.Contains(string(md), "consumed only") {
+	if strings.Contains(md, "FAILED") || strings.Contains(md, "consumed only") {
 		t.Errorf("the stream scenario failed:\n%s", md)
 	}
 }
