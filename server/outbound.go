@@ -1,9 +1,11 @@
 package server
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"warren/amqp"
@@ -23,12 +25,21 @@ const (
 // starts a new one. Idle connections then cost no goroutine on the send side.
 const writerIdle = 100 * time.Millisecond
 
+// inlineGap is how long a connection must have been quiet for an append to be written at once by
+// the appending goroutine (see tryInline).
+const inlineGap = 100 * time.Microsecond
+
+// inlineMax bounds what an appending goroutine writes itself; more goes to the writer goroutine.
+const inlineMax = 64 << 10
+
 // outbound is a connection's send side: everyone appends encoded frames under mu, and a writer
 // goroutine swaps the buffer out and writes it with one syscall, so frames batch by themselves. The
 // writer is started when there is something to write and exits after writerIdle without output.
+// On a quiet connection the appending goroutine writes instead, without waiting (tryInline).
 type outbound struct {
 	nc       net.Conn
-	frameMax uint32 // set once after tune, before any delivery
+	raw      syscall.RawConn // nc's descriptor, for non-blocking inline writes; nil if it has none
+	frameMax uint32          // set once after tune, before any delivery
 
 	mu       sync.Mutex
 	buf      []byte
@@ -36,6 +47,7 @@ type outbound struct {
 	closing  bool // no new frames; the writer exits once flushed
 	failed   bool
 	running  bool // a writer goroutine is active
+	writing  bool // a write (the writer goroutine's or an inline one) is under way
 	blocked  map[*queue.Queue]struct{}
 	waiters  []chan struct{} // closed once the buffer drains below lowWater
 	pending  atomic.Int64    // len(buf) plus the bytes being written
@@ -49,11 +61,17 @@ type outbound struct {
 }
 
 func newOutbound(nc net.Conn) *outbound {
-	return &outbound{
+	o := &outbound{
 		nc:       nc,
 		frameMax: 131072,
 		kick:     make(chan struct{}, 1),
 	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			o.raw = raw
+		}
+	}
+	return o
 }
 
 // signal wakes the writer, starting one if none runs.
@@ -119,11 +137,67 @@ func (o *outbound) lockAppend() bool {
 	return true
 }
 
-// unlockAppend publishes what was appended and wakes the writer.
+// unlockAppend publishes what was appended and writes it at once (tryInline) or wakes the writer.
 func (o *outbound) unlockAppend() {
 	o.pending.Store(int64(len(o.buf)))
+	if o.tryInline() {
+		return
+	}
 	o.mu.Unlock()
 	o.signal()
+}
+
+// tryInline is called with mu held after an append. If the connection has been quiet for
+// inlineGap and nothing is being written, it writes the buffer on the caller's goroutine with one
+// non-blocking system call, releasing mu, and reports true. A message to an idle consumer then
+// leaves without waking the writer goroutine: on a small machine each thread wake-up is a good
+// part of the delivery latency. What the socket does not take at once is put back for the writer
+// goroutine. Busy connections keep batching in the writer goroutine.
+func (o *outbound) tryInline() bool {
+	if o.raw == nil || o.writing || o.closing || len(o.buf) > inlineMax ||
+		time.Duration(time.Now().UnixNano()-o.lastSend.Load()) < inlineGap {
+		return false
+	}
+	b := o.buf
+	o.buf = o.spare[:0]
+	o.spare = nil
+	o.writing = true
+	o.mu.Unlock()
+
+	n := 0
+	var werr error
+	if err := o.raw.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), b)
+		return true // one attempt: never wait for the socket to become writable
+	}); err != nil {
+		werr = err
+	}
+	if n < 0 {
+		n = 0
+	}
+	if werr != nil && !errors.Is(werr, syscall.EAGAIN) {
+		n = 0 // let the writer goroutine meet the error and do the failure bookkeeping
+	}
+	if n == len(b) {
+		o.lastSend.Store(time.Now().UnixNano())
+	}
+
+	o.mu.Lock()
+	o.writing = false
+	if n < len(b) {
+		// Put the unwritten rest in front of whatever was appended meanwhile.
+		rest := append(append(make([]byte, 0, len(b)-n+len(o.buf)), b[n:]...), o.buf...)
+		o.spare, o.buf = o.buf[:0], rest
+	} else if cap(b) <= spareMax && o.spare == nil {
+		o.spare = b[:0]
+	}
+	o.pending.Store(int64(len(o.buf)))
+	wake := len(o.buf) > 0 || o.closing // a finishing writer waits for this write to end
+	o.mu.Unlock()
+	if wake {
+		o.signal()
+	}
+	return true
 }
 
 func (o *outbound) sendMethod(channel uint16, m amqp.Method) {
@@ -202,8 +276,8 @@ func (o *outbound) run() {
 	for {
 		o.mu.Lock()
 		b := o.buf
-		if len(b) == 0 {
-			if o.closing {
+		if len(b) == 0 || o.writing {
+			if o.closing && !o.writing {
 				o.running = false
 				o.mu.Unlock()
 				return
@@ -216,7 +290,7 @@ func (o *outbound) run() {
 			case <-idle.C:
 			}
 			o.mu.Lock()
-			if len(o.buf) == 0 {
+			if len(o.buf) == 0 && !o.writing {
 				o.running = false
 				o.mu.Unlock()
 				return
@@ -226,6 +300,7 @@ func (o *outbound) run() {
 		}
 		o.buf = o.spare[:0]
 		o.spare = nil
+		o.writing = true
 		o.mu.Unlock()
 		if err := o.write(b); err != nil {
 			o.mu.Lock()
@@ -243,6 +318,7 @@ func (o *outbound) write(b []byte) error {
 	o.lastSend.Store(time.Now().UnixNano())
 
 	o.mu.Lock()
+	o.writing = false
 	if cap(b) <= spareMax {
 		o.spare = b[:0]
 	}

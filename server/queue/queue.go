@@ -115,6 +115,13 @@ type Queue struct {
 	quit chan struct{}
 	done chan struct{}
 
+	// dmu is held while ready messages are checked out and handed to consumers, by the dispatcher
+	// or by a publisher delivering inline, so that each consumer gets them in queue order. ds and
+	// targets are the buffers of that work.
+	dmu     sync.Mutex
+	ds      []Delivery
+	targets []Consumer
+
 	// pending holds bodies of paged messages whose record is not yet committed.
 	pmu     sync.Mutex
 	pending map[uint64]*Message
@@ -318,7 +325,13 @@ const checkoutBatch = 128
 func (q *Queue) nextDeadline() (int64, bool) {
 	d, ok := q.m.NextExpiry()
 	if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
-		if t, tok := q.m.NextTimeout(q.timeoutFn); tok && (!ok || t < d) {
+		t, tok := q.m.NextTimeout(q.timeoutFn)
+		if !tok {
+			// No delivery is outstanding; one made from now on times out after this at the
+			// earliest. Waking then lets Publish deliver inline without telling the dispatcher.
+			t = nowMs() + q.ConsumerTimeout
+		}
+		if !ok || t < d {
 			d, ok = t, true
 		}
 	}
@@ -332,8 +345,6 @@ func (q *Queue) nextDeadline() (int64, bool) {
 
 func (q *Queue) dispatch() {
 	defer close(q.done)
-	var ds []Delivery
-	var targets []Consumer
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -364,59 +375,72 @@ func (q *Queue) dispatch() {
 		if !q.tick() {
 			return
 		}
-		for {
-			now := nowMs()
-			q.mu.Lock()
-			if q.closed {
-				q.mu.Unlock()
-				return
-			}
-			var dead []Dead
-			ds, dead = q.m.CheckoutAt(ds[:0], checkoutBatch, q.reserveFn, now)
-			q.releaseFlow()
-			targets = targets[:0]
-			for i := range ds {
-				targets = append(targets, q.consumers[ds[i].Consumer])
-			}
+		q.dmu.Lock()
+		closed := q.deliverReady(true)
+		q.dmu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// deliverReady checks out ready messages for consumers with room and hands them over: one batch,
+// or with all until no more can go. It reports true if the queue is closed. q.dmu is held.
+func (q *Queue) deliverReady(all bool) (closed bool) {
+	for {
+		now := nowMs()
+		q.mu.Lock()
+		if q.closed {
 			q.mu.Unlock()
-			q.handleDead(dead)
-			if len(ds) == 0 {
-				break
+			return true
+		}
+		var dead []Dead
+		q.ds, dead = q.m.CheckoutAt(q.ds[:0], checkoutBatch, q.reserveFn, now)
+		q.releaseFlow()
+		ds := q.ds
+		q.targets = q.targets[:0]
+		for i := range ds {
+			q.targets = append(q.targets, q.consumers[ds[i].Consumer])
+		}
+		targets := q.targets
+		q.mu.Unlock()
+		q.handleDead(dead)
+		if len(ds) == 0 {
+			return false
+		}
+		var gone []uint64
+		var goneFlags []uint8
+		for i := range ds {
+			d := &ds[i]
+			if d.Settled && d.Flags != 0 {
+				gone = append(gone, d.ID)
+				goneFlags = append(goneFlags, d.Flags)
 			}
-			var gone []uint64
-			var goneFlags []uint8
-			for i := range ds {
-				d := &ds[i]
-				if d.Settled && d.Flags != 0 {
-					gone = append(gone, d.ID)
-					goneFlags = append(goneFlags, d.Flags)
-				}
-				if d.Msg == nil {
-					m, count, ok := q.load(d.ID, d.Flags)
-					if !ok {
-						if !d.Settled {
-							q.mu.Lock()
-							_, fl, _ := q.m.DiscardEntry(d.ID)
-							q.mu.Unlock()
-							q.forget([]uint64{d.ID}, []uint8{fl})
-						}
-						ds[i], targets[i] = Delivery{}, nil
-						continue
+			if d.Msg == nil {
+				m, count, ok := q.load(d.ID, d.Flags)
+				if !ok {
+					if !d.Settled {
+						q.mu.Lock()
+						_, fl, _ := q.m.DiscardEntry(d.ID)
+						q.mu.Unlock()
+						q.forget([]uint64{d.ID}, []uint8{fl})
 					}
-					d.Msg = m
-					if count > d.DeliveryCount {
-						d.DeliveryCount = count
-					}
+					ds[i], targets[i] = Delivery{}, nil
+					continue
 				}
-				targets[i].Deliver(q, *d)
-				ds[i], targets[i] = Delivery{}, nil
+				d.Msg = m
+				if count > d.DeliveryCount {
+					d.DeliveryCount = count
+				}
 			}
-			if len(gone) > 0 {
-				q.forget(gone, goneFlags)
-			}
-			if len(ds) < checkoutBatch {
-				break
-			}
+			targets[i].Deliver(q, *d)
+			ds[i], targets[i] = Delivery{}, nil
+		}
+		if len(gone) > 0 {
+			q.forget(gone, goneFlags)
+		}
+		if len(ds) < checkoutBatch || !all {
+			return false
 		}
 	}
 }
@@ -537,6 +561,10 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 	}
 	// A message with a deadline may need the dispatcher's timer even with no consumer around.
 	wake := len(q.consumers) > 0 || len(dead) > 0 || msg.ExpiresAt != 0 || q.m.cfg.MessageTTL >= 0
+	// A message that is alone in the queue, with no timer to set, goes to a consumer from here
+	// (when no one else is delivering): handing it to the dispatcher goroutine would cost a
+	// thread wake-up, a good part of an idle broker's delivery latency.
+	inline := wake && len(dead) == 0 && msg.ExpiresAt == 0 && q.m.cfg.MessageTTL < 0 && q.m.Ready() == 1
 	var throttle chan struct{}
 	if len(q.consumers) > 0 && q.m.Ready() > flowHigh {
 		if q.flow == nil {
@@ -551,7 +579,11 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 		}
 	}
 	q.handleDead(dead)
-	if wake {
+	switch {
+	case inline && q.dmu.TryLock():
+		q.deliverReady(false)
+		q.dmu.Unlock()
+	case wake:
 		q.Kick()
 	}
 	if throttle != nil {
@@ -658,9 +690,14 @@ func (q *Queue) Settle(ids []uint64) {
 		fl, _ := q.m.SettleEntry(id)
 		b = q.forgetInto(b, id, fl)
 	}
+	// The freed prefetch room matters only if messages wait; otherwise the dispatcher's wake-up
+	// would be wasted (its timers only move later when deliveries are settled).
+	kick := q.m.Ready() > 0
 	q.mu.Unlock()
 	q.commitForget(b)
-	q.Kick()
+	if kick {
+		q.Kick()
+	}
 }
 
 // Return requeues messages at their original positions; those over the delivery limit are
@@ -711,9 +748,12 @@ func (q *Queue) Discard(ids []uint64) {
 			dead = append(dead, d)
 		}
 	}
+	kick := q.m.Ready() > 0 // as in Settle
 	q.mu.Unlock()
 	q.handleDead(dead)
-	q.Kick()
+	if kick {
+		q.Kick()
+	}
 }
 
 // Get implements basic.get. It returns the delivery, the number of messages still ready, and ok.

@@ -101,6 +101,46 @@ func TestRunFanoutMultiAckAndPMessages(t *testing.T) {
 	}
 }
 
+func TestRunLeanClient(t *testing.T) {
+	uri := startBroker(t)
+	// Bodies of 200,000 bytes span two body frames at the default frame-max of 131,072.
+	for _, c := range []RunConfig{
+		{Producers: 2, Consumers: 2, Queues: 2, Size: 200_000, QoS: 20, MultiAckEvery: 5, PMessages: 300},
+		{Producers: 1, Consumers: 3, Queues: 3, ExchangeType: "fanout", AutoAck: true, PMessages: 2000},
+		{Producers: 1, Consumers: 1, Size: 1024, QoS: 100, Rate: 1000, Duration: 500 * time.Millisecond},
+	} {
+		c.URI, c.Client = uri, clientLean
+		res, err := Run(context.Background(), c)
+		if err != nil {
+			t.Fatalf("Run %+v: %v", c, err)
+		}
+		want := res.Published
+		if c.ExchangeType == "fanout" {
+			want *= uint64(c.Queues)
+		}
+		if res.Published == 0 || (c.PMessages > 0 && res.Published != c.PMessages*uint64(c.Producers)) {
+			t.Fatalf("%+v: published %d", c, res.Published)
+		}
+		if res.Consumed != want || res.Duplicates != 0 || res.NotConsumed != 0 || res.Latency.Samples != want {
+			t.Fatalf("%+v: published %d, consumed %d (want %d), duplicates %d, never consumed %d, latency samples %d",
+				c, res.Published, res.Consumed, want, res.Duplicates, res.NotConsumed, res.Latency.Samples)
+		}
+		if len(res.Errors) > 0 {
+			t.Fatalf("%+v: client errors: %v", c, res.Errors)
+		}
+	}
+}
+
+func TestRunLeanClientReportsBrokerRefusal(t *testing.T) {
+	uri := startBroker(t)
+	_, err := Run(context.Background(), RunConfig{
+		URI: uri, Client: clientLean, Producers: 1, Consumers: 1, QueuePattern: "missing-%d", Predeclared: true, PMessages: 1,
+	})
+	if err == nil || !strings.Contains(err.Error(), "NOT_FOUND - no queue 'missing-1'") {
+		t.Fatalf("consuming from a missing queue: got %v, want the broker's 404 text", err)
+	}
+}
+
 func TestRunBacklogThenDrain(t *testing.T) {
 	uri := startBroker(t)
 	var phases []string
@@ -338,6 +378,9 @@ func TestValidate(t *testing.T) {
 		{URI: "x", Producers: 1, Consumers: 1, QoS: 10, MultiAckEvery: 20, Duration: time.Second},
 		{URI: "x", Producers: 1, Consumers: 1, ExchangeType: "headers", Duration: time.Second},
 		{URI: "x", Producers: 1, Consumers: 1},
+		{URI: "x", Producers: 1, Consumers: 1, Client: clientLean, Confirm: 10, Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, Client: clientLean, QueueType: "stream", QoS: 10, Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, Client: "java", Duration: time.Second},
 	} {
 		c.setDefaults()
 		if err := c.validate(); err == nil {

@@ -50,6 +50,11 @@ type RunConfig struct {
 	Predeclared   bool          // queues and exchange exist: declare, bind and delete nothing
 	NoCleanup     bool          // leave declared queues and exchange in place afterwards
 
+	// Client is the AMQP client of the producers and consumers: "amqp091" (default), the
+	// Go client applications use, or "lean", the tool's own single-goroutine client (see
+	// leanConn), which adds less of its own latency. Lean does not do confirms or streams.
+	Client string
+
 	// ConsumeAfterPublish starts the consumers only once every producer has finished and its
 	// confirms are in: the queue is filled as a backlog, then drained.
 	ConsumeAfterPublish bool
@@ -102,7 +107,16 @@ func (c *RunConfig) setDefaults() {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = time.Second
 	}
+	if c.Client == "" {
+		c.Client = clientAMQP091
+	}
 }
+
+// The clients --client chooses from.
+const (
+	clientAMQP091 = "amqp091"
+	clientLean    = "lean"
+)
 
 func (c *RunConfig) validate() error {
 	switch {
@@ -137,6 +151,15 @@ func (c *RunConfig) validate() error {
 	}
 	if c.Predeclared && c.Exchange == "" && c.ExchangeType == "fanout" {
 		return errors.New("--predeclared with a fanout exchange needs its name: --exchange NAME")
+	}
+	switch c.Client {
+	case clientAMQP091:
+	case clientLean:
+		if c.Confirm > 0 || c.QueueType == "stream" {
+			return errors.New("--client lean does not do confirms or streams: use --client amqp091")
+		}
+	default:
+		return fmt.Errorf("unknown client %q: want %s or %s", c.Client, clientAMQP091, clientLean)
 	}
 	if c.AutoAck && c.MultiAckEvery > 0 {
 		return errors.New("--multi-ack-every needs manual acks: drop --auto-ack")
@@ -225,6 +248,7 @@ type producer struct {
 	conn     *amqp.Connection
 	raw      *coalescingConn
 	ch       *amqp.Channel
+	lean     *leanConn // with --client lean, instead of conn, raw and ch
 	exchange string
 	key      string
 	sem      chan struct{} // confirm window
@@ -248,6 +272,7 @@ type consumer struct {
 	conn       *amqp.Connection
 	raw        *coalescingConn
 	ch         *amqp.Channel
+	lean       *leanConn // with --client lean, instead of conn, raw, ch and deliveries
 	deliveries <-chan amqp.Delivery
 	closed     chan *amqp.Error // the channel's close reason
 	stop       chan struct{}
@@ -308,8 +333,21 @@ func dialRaw(uri, name string) (*amqp.Connection, *coalescingConn, error) {
 // closed under it.
 const stuckTimeout = 10 * time.Second
 
-// waitOrAbort waits for done; after stuckTimeout it closes raw's socket and waits again.
-func waitOrAbort(done <-chan struct{}, raw *coalescingConn, deadline time.Time) (aborted bool) {
+// abort closes the socket of whichever client the producer or consumer uses.
+func abortSocket(raw *coalescingConn, lean *leanConn) func() {
+	return func() {
+		switch {
+		case lean != nil:
+			lean.abort()
+		case raw != nil:
+			_ = raw.Conn.Close()
+		}
+	}
+}
+
+// waitOrAbort waits for done; at deadline it calls abort (which closes the socket under a
+// stuck client) and waits again.
+func waitOrAbort(done <-chan struct{}, abort func(), deadline time.Time) (aborted bool) {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
@@ -317,9 +355,7 @@ func waitOrAbort(done <-chan struct{}, raw *coalescingConn, deadline time.Time) 
 		return false
 	case <-t.C:
 	}
-	if raw != nil {
-		_ = raw.Conn.Close()
-	}
+	abort()
 	<-done
 	return true
 }
@@ -492,7 +528,18 @@ func (r *runner) openProducers() error {
 		if r.fanout {
 			p.key = ""
 		}
-		conn, raw, err := dialRaw(r.cfg.URI, fmt.Sprintf("warren-perf producer %d", i))
+		name := fmt.Sprintf("warren-perf producer %d", i)
+		if r.cfg.Client == clientLean {
+			l, err := dialLean(r.cfg.URI, name)
+			if err != nil {
+				return err
+			}
+			p.lean, p.closed = l, l.closed
+			r.producers = append(r.producers, p)
+			l.startReader()
+			continue
+		}
+		conn, raw, err := dialRaw(r.cfg.URI, name)
 		if err != nil {
 			return err
 		}
@@ -524,6 +571,10 @@ func (p *producer) publish(r *runner) {
 	msg := amqp.Publishing{Body: body, DeliveryMode: amqp.Transient}
 	if r.cfg.Persistent {
 		msg.DeliveryMode = amqp.Persistent
+	}
+	send := func() error { return p.ch.Publish(p.exchange, p.key, false, false, msg) }
+	if p.lean != nil {
+		send = func() error { return p.lean.publish(p.exchange, p.key, msg.DeliveryMode, body) }
 	}
 	var pace *time.Timer
 	var interval float64
@@ -557,7 +608,7 @@ func (p *producer) publish(r *runner) {
 		}
 		put48(body[2:8], seq)
 		binary.BigEndian.PutUint64(body[8:16], uint64(time.Now().UnixNano()))
-		if err := p.ch.Publish(p.exchange, p.key, false, false, msg); err != nil {
+		if err := send(); err != nil {
 			if !r.stopping.Load() {
 				r.addErr("producer %d: publish: %v (%s)", p.id, err, closeReason(p.closed))
 			}
@@ -614,7 +665,7 @@ func (r *runner) startConsumers() error {
 	var started []*consumer
 	fail := func(err error) error {
 		for _, c := range started {
-			_ = c.conn.Close()
+			c.close()
 		}
 		return err
 	}
@@ -623,7 +674,20 @@ func (r *runner) startConsumers() error {
 		if r.fanout {
 			c.track = c.queue
 		}
-		conn, raw, err := dialRaw(r.cfg.URI, fmt.Sprintf("warren-perf consumer %d", i))
+		name := fmt.Sprintf("warren-perf consumer %d", i)
+		if r.cfg.Client == clientLean {
+			l, err := dialLean(r.cfg.URI, name)
+			if err != nil {
+				return fail(err)
+			}
+			c.lean = l
+			started = append(started, c)
+			if err := l.consume(r.queues[c.queue], r.cfg.QoS, r.cfg.AutoAck); err != nil {
+				return fail(fmt.Errorf("consumer %d: consume from %q: %w", i, r.queues[c.queue], err))
+			}
+			continue
+		}
+		conn, raw, err := dialRaw(r.cfg.URI, name)
 		if err != nil {
 			return fail(err)
 		}
@@ -647,7 +711,11 @@ func (r *runner) startConsumers() error {
 	r.consMu.Unlock()
 	r.consStart = time.Now()
 	for _, c := range r.consumers {
-		go c.run(r)
+		if c.lean != nil {
+			go c.runLean(r)
+		} else {
+			go c.run(r)
+		}
 	}
 	return nil
 }
@@ -682,6 +750,47 @@ func (c *consumer) run(r *runner) {
 			c.ackPending(r)
 			return
 		}
+	}
+}
+
+// runLean is run for a consumer on the lean client: it reads each delivery itself.
+func (c *consumer) runLean(r *runner) {
+	defer close(c.done)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		select {
+		case <-c.stop:
+			if err := c.lean.cancel(); err != nil {
+				c.lean.abort()
+			}
+		case <-quit:
+		}
+	}()
+	for {
+		tag, body, err := c.lean.next()
+		if err != nil {
+			if !errors.Is(err, errCancelled) && !c.stopped() {
+				r.addErr("consumer %d: deliveries ended: %v", c.id, err)
+			}
+			c.ackPending(r)
+			return
+		}
+		c.handle(r, &amqp.Delivery{DeliveryTag: tag, Body: body})
+		if r.cfg.CMessages > 0 && c.received.Load()+c.stale.Load() >= r.cfg.CMessages {
+			c.ackPending(r)
+			return
+		}
+	}
+}
+
+// close closes the consumer's connection (amqp091 or lean) without waiting long.
+func (c *consumer) close() {
+	switch {
+	case c.lean != nil:
+		_ = c.lean.Close(5 * time.Second)
+	case c.conn != nil:
+		_ = c.conn.CloseDeadline(time.Now().Add(5 * time.Second))
 	}
 }
 
@@ -740,7 +849,11 @@ func (c *consumer) handle(r *runner, d *amqp.Delivery) {
 }
 
 func (c *consumer) ack(r *runner, tag uint64, multiple bool) {
-	if err := c.ch.Ack(tag, multiple); err != nil && !r.stopping.Load() {
+	ack := c.ch.Ack
+	if c.lean != nil {
+		ack = c.lean.ack
+	}
+	if err := ack(tag, multiple); err != nil && !r.stopping.Load() {
 		r.addErr("consumer %d: ack: %v", c.id, err)
 	}
 }
@@ -801,7 +914,7 @@ func (r *runner) waitPublishing(ctx context.Context) {
 	close(r.stop)
 	deadline := time.Now().Add(stuckTimeout)
 	for _, p := range r.producers {
-		if waitOrAbort(p.done, p.raw, deadline) {
+		if waitOrAbort(p.done, abortSocket(p.raw, p.lean), deadline) {
 			r.addErr("producer %d: publish still blocked %s after the stop (connection.blocked or a broker not reading?); its connection was closed", p.id, stuckTimeout)
 		}
 	}
@@ -886,7 +999,7 @@ func (r *runner) stopConsumers() {
 	}
 	deadline := time.Now().Add(stuckTimeout)
 	for _, c := range r.consumers {
-		if waitOrAbort(c.done, c.raw, deadline) {
+		if waitOrAbort(c.done, abortSocket(c.raw, c.lean), deadline) {
 			r.addErr("consumer %d: still blocked %s after the stop; its connection was closed", c.id, stuckTimeout)
 		}
 	}
@@ -904,11 +1017,21 @@ func (r *runner) closeAll() {
 	}
 	for _, p := range r.producers {
 		wg.Add(1)
+		if p.lean != nil {
+			go func() {
+				defer wg.Done()
+				_ = p.lean.Close(5 * time.Second)
+			}()
+			continue
+		}
 		go closeConn(p.conn)
 	}
 	for _, c := range r.consumers {
 		wg.Add(1)
-		go closeConn(c.conn)
+		go func() {
+			defer wg.Done()
+			c.close()
+		}()
 	}
 	wg.Wait()
 	for _, p := range r.producers {
