@@ -284,7 +284,7 @@ func (ch *channel) writeDelivery(ctag string, tag uint64, redelivered bool, m *q
 	o.buf = amqp.AppendBasicDeliver(o.buf, ch.id, ctag, tag, redelivered, m.Exchange, m.RoutingKey)
 	o.buf = amqp.AppendContentHeaderFrame(o.buf, ch.id, amqp.ClassBasic, uint64(len(m.Body)), m.Props)
 	o.buf = amqp.AppendBodyFrames(o.buf, ch.id, m.Body, o.frameMax)
-	o.unlockAppend()
+	o.unlockAppendDelivery()
 }
 
 // withDeliveryCount returns a copy of m whose headers carry x-delivery-count (redeliveries).

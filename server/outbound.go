@@ -137,8 +137,17 @@ func (o *outbound) lockAppend() bool {
 	return true
 }
 
-// unlockAppend publishes what was appended and writes it at once (tryInline) or wakes the writer.
+// unlockAppend publishes what was appended and wakes the writer.
 func (o *outbound) unlockAppend() {
+	o.pending.Store(int64(len(o.buf)))
+	o.mu.Unlock()
+	o.signal()
+}
+
+// unlockAppendDelivery is unlockAppend for a delivery: on a quiet connection it is written at
+// once (tryInline). Other output keeps to the writer goroutine, so that goroutines others wait
+// on (a quorum queue's Raft apply loop sending confirms, say) never spend time in a system call.
+func (o *outbound) unlockAppendDelivery() {
 	o.pending.Store(int64(len(o.buf)))
 	if o.tryInline() {
 		return

@@ -184,6 +184,15 @@ func benchScenarios() []benchScenario {
 				if out.err == nil && out.values["consume_rate"] < 900 {
 					out.notes = append(out.notes, fmt.Sprintf("consumed only %.0f msg/s of the 1,000 asked", out.values["consume_rate"]))
 				}
+				if t == b.targets[0] && out.err == nil {
+					// Once per Warren run: what the same pace and size cost with no broker at all.
+					if f, err := Floor(ctx, FloorConfig{Bin: b.cfg.WarrenBin, Rate: c.Rate, Size: c.Size, Duration: c.Duration}); err != nil {
+						out.notes = append(out.notes, fmt.Sprintf("loopback floor not measured: %v", err))
+					} else {
+						out.notes = append(out.notes, fmt.Sprintf("loopback floor (`warren perf floor`: same pace and size through a TCP echo server in another process): p50 %.3f ms, p99 %.3f ms",
+							f.Latency.P50/1000, f.Latency.P99/1000))
+					}
+				}
 				return out
 			},
 		},

@@ -175,7 +175,7 @@ func (r *benchReport) markdown() string {
 	} else {
 		fmt.Fprintf(&b, "- RabbitMQ: %s at %s, running throughout (not restarted)\n", r.ref.version, redact(r.ref.uri))
 	}
-	b.WriteString("- The load tool (`warren perf`, Go, github.com/rabbitmq/amqp091-go, one connection per producer and per consumer) runs on the same machine and shares its cores with the broker under test.\n")
+	b.WriteString("- The load tool (`warren perf`, Go, github.com/rabbitmq/amqp091-go; S5 uses its own lean client instead; one connection per producer and per consumer) runs on the same machine and shares its cores with the broker under test.\n")
 	if r.interrupted {
 		b.WriteString("- **The bench was interrupted; some runs are missing.**\n")
 	}

@@ -36,7 +36,7 @@ func Command() *cli.Command {
 			"every confirmed message was consumed. `perf bench` runs the fixed scenario set.",
 		Flags:  runFlags(),
 		Action: runAction,
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:   "run",
 				Usage:  "one load run (the default action of `warren perf`)",
@@ -49,7 +49,7 @@ func Command() *cli.Command {
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},
-		},
+		}, floorCommands()...),
 	}
 }
 

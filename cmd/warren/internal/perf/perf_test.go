@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -24,7 +25,50 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Floor starts this executable's `perf echo-server`: let the test binary be that child.
+	if len(os.Args) > 2 && os.Args[1] == "perf" && os.Args[2] == "echo-server" {
+		app := &cli.App{Name: "warren", Commands: []*cli.Command{Command()}}
+		if err := app.Run(append([]string{"warren"}, os.Args[1:]...)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	goleak.VerifyTestMain(m)
+}
+
+func TestFloorThroughEchoServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serveEcho(ctx, ln) }()
+	res, err := Floor(context.Background(), FloorConfig{Addr: ln.Addr().String(), Rate: 2000, Size: 300, Duration: 300 * time.Millisecond})
+	cancel()
+	if serr := <-served; serr != nil {
+		t.Errorf("echo server: %v", serr)
+	}
+	if err != nil {
+		t.Fatalf("Floor: %v", err)
+	}
+	if res.Sent < 100 || res.Received != res.Sent || res.Latency.Samples != res.Sent {
+		t.Fatalf("sent %d, received %d, samples %d: want every message back", res.Sent, res.Received, res.Latency.Samples)
+	}
+	if l := res.Latency; !(l.P50 > 0 && l.P50 <= l.P99 && l.P99 <= l.Max) {
+		t.Fatalf("latency stats inconsistent: %+v", l)
+	}
+}
+
+func TestFloorStartsEchoChild(t *testing.T) {
+	res, err := Floor(context.Background(), FloorConfig{Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Floor: %v", err)
+	}
+	if res.Sent == 0 || res.Received != res.Sent {
+		t.Fatalf("sent %d, received %d", res.Sent, res.Received)
+	}
 }
 
 // startBroker runs an in-process Warren on a free loopback port and returns its AMQP URI.
@@ -297,7 +341,8 @@ func TestBenchAgainstInProcessBroker(t *testing.T) {
 		t.Fatalf("read %s: %v", out, err)
 	}
 	for _, want := range []string{"| Scenario | Metric | Warren | RabbitMQ | Ratio |", "S5 end-to-end latency", "latency p99 (ms)",
-		"memory per connection (KB)", "RabbitMQ: skipped", "warren perf bench --test", "logical cores", "Go: go"} {
+		"memory per connection (KB)", "RabbitMQ: skipped", "warren perf bench --test", "logical cores", "Go: go",
+		"loopback floor (`warren perf floor`"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("benchmarks.md lacks %q:\n%s", want, md)
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // writeJSON writes res as one JSON object and a newline.
-func writeJSON(w io.Writer, res *Result) error {
+func writeJSON(w io.Writer, res any) error {
 	enc := json.NewEncoder(w)
 	if err := enc.Encode(res); err != nil {
 		return fmt.Errorf("write JSON result: %w", err)
