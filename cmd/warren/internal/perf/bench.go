@@ -170,7 +170,7 @@ func benchScenarios() []benchScenario {
 		},
 		{
 			id: "S5", title: "end-to-end latency at 1,000 msg/s",
-			detail: "1 producer paced at 1,000 msg/s and 1 consumer on one classic queue, 1,024-byte transient messages, manual ack, prefetch 100. Latency is the consumer's receive time minus the send time the producer wrote into the body (same clock). Producer and consumer use the tool's lean client (`--client lean`: one goroutine per connection, one system call per publish), so that the broker's latency, not the client's goroutine hand-offs, is measured.",
+			detail: "1 producer paced at 1,000 msg/s and 1 consumer on one classic queue, 1,024-byte transient messages, manual ack, prefetch 100. Latency is the consumer's receive time minus the send time the producer wrote into the body (same clock). Producer and consumer use the tool's lean client (`--client lean`: one goroutine per connection, one system call per publish), so that the broker's latency, not the client's goroutine hand-offs, is measured. After each Warren run the tool also times the same traffic through a bare TCP echo server in another process (`warren perf floor`); the notes give that floor, the least any broker could show on the machine.",
 			metrics: []benchMetric{
 				{key: "p50", label: "latency p50 (ms)", unit: "ms", lowerBetter: true},
 				{key: "p99", label: "latency p99 (ms)", unit: "ms", lowerBetter: true},
