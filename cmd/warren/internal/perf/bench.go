@@ -50,6 +50,9 @@ type benchScenario struct {
 	metrics []benchMetric
 	bound   func(BenchConfig) time.Duration
 	run     func(ctx context.Context, b *bencher, t *benchTarget) runOutcome
+	// after, if set, runs once the run's CPU use is taken and may add notes: a side measurement
+	// that must not count as the broker's or the tool's load.
+	after func(ctx context.Context, b *bencher, t *benchTarget, out *runOutcome)
 }
 
 // runOutcome is what one run of one scenario against one broker gave.
@@ -101,6 +104,12 @@ type bencher struct {
 	cfg     BenchConfig
 	targets []*benchTarget
 }
+
+// S5's pace and message size.
+const (
+	s5Rate = 1000
+	s5Size = 1024
+)
 
 const (
 	ratesUnit = "msg/s"
@@ -178,22 +187,26 @@ func benchScenarios() []benchScenario {
 			bound: short,
 			run: func(ctx context.Context, b *bencher, t *benchTarget) runOutcome {
 				c := b.base(t, "S5")
-				c.Producers, c.Consumers, c.Size, c.QoS, c.Rate = 1, 1, 1024, 100, 1000
+				c.Producers, c.Consumers, c.Size, c.QoS, c.Rate = 1, 1, s5Size, 100, s5Rate
 				c.Client = clientLean
 				out := loadRun(ctx, c)
 				if out.err == nil && out.values["consume_rate"] < 900 {
 					out.notes = append(out.notes, fmt.Sprintf("consumed only %.0f msg/s of the 1,000 asked", out.values["consume_rate"]))
 				}
-				if t == b.targets[0] && out.err == nil {
-					// Once per Warren run: what the same pace and size cost with no broker at all.
-					if f, err := Floor(ctx, FloorConfig{Bin: b.cfg.WarrenBin, Rate: c.Rate, Size: c.Size, Duration: c.Duration}); err != nil {
-						out.notes = append(out.notes, fmt.Sprintf("loopback floor not measured: %v", err))
-					} else {
-						out.notes = append(out.notes, fmt.Sprintf("loopback floor (`warren perf floor`: same pace and size through a TCP echo server in another process): p50 %.3f ms, p99 %.3f ms",
-							f.Latency.P50/1000, f.Latency.P99/1000))
-					}
-				}
 				return out
+			},
+			after: func(ctx context.Context, b *bencher, t *benchTarget, out *runOutcome) {
+				if t != b.targets[0] || out.err != nil {
+					return
+				}
+				// Once per Warren run: what the same pace and size cost with no broker at all.
+				f, err := Floor(ctx, FloorConfig{Bin: b.cfg.WarrenBin, Rate: s5Rate, Size: s5Size, Duration: b.cfg.Duration})
+				if err != nil {
+					out.notes = append(out.notes, fmt.Sprintf("loopback floor not measured: %v", err))
+					return
+				}
+				out.notes = append(out.notes, fmt.Sprintf("loopback floor (`warren perf floor`: same pace and size through a TCP echo server in another process): p50 %.3f ms, p99 %.3f ms",
+					f.Latency.P50/1000, f.Latency.P99/1000))
 			},
 		},
 		{
@@ -626,6 +639,9 @@ func (b *bencher) runOne(ctx context.Context, sc benchScenario, t *benchTarget) 
 			if broker1, err := procCPU(pid); err == nil {
 				out.brokerCores = (broker1 - broker0).Seconds() / wall
 			}
+		}
+		if sc.after != nil {
+			sc.after(rctx, b, t, &out)
 		}
 		done <- out
 	}()
