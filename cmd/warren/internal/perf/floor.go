@@ -117,14 +117,7 @@ func Floor(ctx context.Context, cfg FloorConfig) (*FloorResult, error) {
 	}
 	var snap histSnapshot
 	snap.addFinal(&hist)
-	return &FloorResult{
-		Sent: sent, Received: received,
-		Latency: LatencyStats{
-			Samples: snap.n, Mean: us(snap.mean()),
-			P50: us(snap.quantile(0.50)), P75: us(snap.quantile(0.75)), P95: us(snap.quantile(0.95)),
-			P99: us(snap.quantile(0.99)), Max: us(time.Duration(snap.max)),
-		},
-	}, nil
+	return &FloorResult{Sent: sent, Received: received, Latency: snap.stats()}, nil
 }
 
 // echoChild is an echo server running as a child process.

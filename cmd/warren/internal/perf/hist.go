@@ -134,3 +134,12 @@ func (s *histSnapshot) mean() time.Duration {
 	}
 	return time.Duration(s.sum / s.n)
 }
+
+// stats summarises the snapshot in microseconds.
+func (s *histSnapshot) stats() LatencyStats {
+	return LatencyStats{
+		Samples: s.n, Mean: us(s.mean()),
+		P50: us(s.quantile(0.50)), P75: us(s.quantile(0.75)), P95: us(s.quantile(0.95)),
+		P99: us(s.quantile(0.99)), Max: us(time.Duration(s.max)),
+	}
+}

@@ -333,7 +333,8 @@ func dialRaw(uri, name string) (*amqp.Connection, *coalescingConn, error) {
 // closed under it.
 const stuckTimeout = 10 * time.Second
 
-// abort closes the socket of whichever client the producer or consumer uses.
+// abortSocket returns a function that closes the socket of whichever client a producer or
+// consumer uses.
 func abortSocket(raw *coalescingConn, lean *leanConn) func() {
 	return func() {
 		switch {
@@ -849,11 +850,13 @@ func (c *consumer) handle(r *runner, d *amqp.Delivery) {
 }
 
 func (c *consumer) ack(r *runner, tag uint64, multiple bool) {
-	ack := c.ch.Ack
+	var err error
 	if c.lean != nil {
-		ack = c.lean.ack
+		err = c.lean.ack(tag, multiple)
+	} else {
+		err = c.ch.Ack(tag, multiple)
 	}
-	if err := ack(tag, multiple); err != nil && !r.stopping.Load() {
+	if err != nil && !r.stopping.Load() {
 		r.addErr("consumer %d: ack: %v", c.id, err)
 	}
 }
@@ -1077,11 +1080,7 @@ func (r *runner) result(start time.Time) *Result {
 		res.ConsumeSeconds = float64(consEnd-cs) / 1e9
 		res.ConsumeRate = float64(res.Consumed) / res.ConsumeSeconds
 	}
-	res.Latency = LatencyStats{
-		Samples: snap.n, Mean: us(snap.mean()),
-		P50: us(snap.quantile(0.50)), P75: us(snap.quantile(0.75)), P95: us(snap.quantile(0.95)),
-		P99: us(snap.quantile(0.99)), Max: us(time.Duration(snap.max)),
-	}
+	res.Latency = snap.stats()
 
 	// The loss check: for every queue with a consumer, each producer routed there must have
 	// had every confirmed message consumed from it.
