@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -797,11 +798,7 @@ func (l *Log) LoadOffset(name string) (uint64, bool) {
 func (l *Log) Offsets() map[string]uint64 {
 	l.offMu.Lock()
 	defer l.offMu.Unlock()
-	m := make(map[string]uint64, len(l.offsets))
-	for k, v := range l.offsets {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(l.offsets)
 }
 
 // Close stops the writer after it has written every queued append, waits for the log's pending storage

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -443,11 +444,7 @@ func (q *Queue) NodeReset(tag, keepEpoch uint16, all bool) {
 func (q *Queue) LocalConsumers() map[ConsumerID]Consumer {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := make(map[ConsumerID]Consumer, len(q.consumers))
-	for id, c := range q.consumers {
-		out[id] = c
-	}
-	return out
+	return maps.Clone(q.consumers)
 }
 
 // ConsumerNodes lists the node tags of the consumers the replicated state knows (to find those of

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -140,7 +141,11 @@ func (l *leanConn) expect(channel uint16, want wire.Method) error {
 // closeError returns the broker's reason if f closes the connection or channel (having
 // answered it, so the broker need not wait), and nil for any other frame.
 func (l *leanConn) closeError(f wire.Frame) error {
-	if f.Type != wire.FrameMethod {
+	// Only three methods matter: look at the ids before decoding, so a delivery is not decoded
+	// here as well as in next.
+	switch class, method := frameMethod(f); {
+	case class == 10 && method == 50, class == 20 && method == 40, class == 60 && method == 30:
+	default:
 		return nil
 	}
 	m, err := wire.DecodeMethod(f.Payload)
@@ -158,6 +163,14 @@ func (l *leanConn) closeError(f wire.Frame) error {
 		return &amqp.Error{Code: 0, Reason: "consumer " + m.ConsumerTag + " cancelled by the broker", Server: true}
 	}
 	return nil
+}
+
+// frameMethod returns the class and method ids of a method frame (zeros for other frames).
+func frameMethod(f wire.Frame) (class, method uint16) {
+	if f.Type != wire.FrameMethod || len(f.Payload) < 4 {
+		return 0, 0
+	}
+	return binary.BigEndian.Uint16(f.Payload), binary.BigEndian.Uint16(f.Payload[2:])
 }
 
 // publish sends one message as a single write: method, content header and body frames.
@@ -215,15 +228,11 @@ func (l *leanConn) next() (tag uint64, body []byte, err error) {
 		if err := l.closeError(f); err != nil {
 			return 0, nil, err
 		}
-		if f.Type != wire.FrameMethod || len(f.Payload) < 4 || f.Payload[0] != 0 || f.Payload[1] != 60 || f.Payload[2] != 0 {
-			continue // heartbeats and anything but basic.deliver or basic.cancel-ok
-		}
-		switch f.Payload[3] {
-		case 31: // basic.cancel-ok
+		switch class, method := frameMethod(f); {
+		case class == 60 && method == 31: // basic.cancel-ok
 			return 0, nil, errCancelled
-		case 60: // basic.deliver
-		default:
-			continue
+		case class != 60 || method != 60:
+			continue // heartbeats and anything but basic.deliver
 		}
 		if err := deliver.Decode(f.Payload[4:]); err != nil {
 			return 0, nil, err
@@ -275,7 +284,7 @@ func (l *leanConn) startReader() {
 			f, err := l.fr.ReadFrame()
 			if err == nil {
 				err = l.closeError(f)
-				if f.Type == wire.FrameMethod && len(f.Payload) >= 4 && f.Payload[1] == 10 && f.Payload[3] == 51 {
+				if class, method := frameMethod(f); class == 10 && method == 51 {
 					err = errors.New("connection closed") // connection.close-ok
 				}
 			}
