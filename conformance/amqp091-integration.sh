@@ -63,7 +63,7 @@ if [[ -z ${AMQP_URL:-} ]]; then
   warren_pid=$!
   addr=""
   for _ in $(seq 1 150); do
-    addr=$(sed -n 's/.*msg="warren started".* amqp=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/warren.log" | head -n 1)
+    addr=$(sed -n 's/.*msg="warren started".* amqp=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/warren.log" | sed -n 1p)
     [[ -n $addr ]] && break
     if ! kill -0 "$warren_pid" 2>/dev/null; then break; fi
     sleep 0.1

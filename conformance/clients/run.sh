@@ -67,7 +67,7 @@ start_warren() {
   warren_pid=$!
   local addr=""
   for _ in $(seq 1 150); do
-    addr=$(sed -n 's/.*msg="warren started".* amqp=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$warren_log" | head -n 1)
+    addr=$(sed -n 's/.*msg="warren started".* amqp=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$warren_log" | sed -n 1p)
     [[ -n $addr ]] && break
     kill -0 "$warren_pid" 2>/dev/null || break
     sleep 0.1
