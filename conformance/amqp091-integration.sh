@@ -18,6 +18,7 @@ BIN=${WARREN_BIN:-$ROOT/bin/warren}
 SKIP_FILE=$ROOT/conformance/amqp091-skip.txt
 SUITE_TIMEOUT=${AMQP091_SUITE_TIMEOUT:-10m}
 LOG_DIR=${CONFORMANCE_LOG_DIR:-$ROOT/bin}
+HTTP_LISTEN=${AMQP091_HTTP_LISTEN:-127.0.0.1:15672}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/warren-amqp091.XXXXXX")
 warren_pid=""
@@ -59,7 +60,9 @@ if [[ -z ${AMQP_URL:-} ]]; then
     exit 1
   fi
   mkdir -p "$work/data"
-  "$BIN" serve --amqp-listen 127.0.0.1:0 --data-dir "$work/data" >"$work/warren.log" 2>&1 &
+  # The suite's connection-recovery tests find and force-close their connections through the
+  # management API, which they expect on localhost:15672 with guest/guest.
+  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "$HTTP_LISTEN" --data-dir "$work/data" >"$work/warren.log" 2>&1 &
   warren_pid=$!
   addr=""
   for _ in $(seq 1 150); do
@@ -74,7 +77,7 @@ if [[ -z ${AMQP_URL:-} ]]; then
     exit 1
   fi
   AMQP_URL="amqp://guest:guest@$addr/"
-  echo "amqp091-integration: warren $("$BIN" version | awk '{print $2}') listening on $addr (pid $warren_pid)"
+  echo "amqp091-integration: warren $("$BIN" version | awk '{print $2}') listening on $addr, HTTP API on $HTTP_LISTEN (pid $warren_pid)"
 else
   echo "amqp091-integration: using the broker at $AMQP_URL"
 fi

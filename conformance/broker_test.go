@@ -194,7 +194,7 @@ func launchBroker(bin, dataDir string) (*broker, error) {
 			out:  &syncBuffer{},
 			done: make(chan struct{}),
 		}
-		b.cmd = exec.Command(bin, "serve", "--amqp-listen", addr, "--data-dir", dataDir)
+		b.cmd = exec.Command(bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", dataDir)
 		b.cmd.Stdout = b.out
 		b.cmd.Stderr = b.out
 		if err := b.cmd.Start(); err != nil {

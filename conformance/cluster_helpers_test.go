@@ -149,6 +149,7 @@ func (nd *clusterNode) logReport() string {
 func (nd *clusterNode) args() []string {
 	args := []string{"serve",
 		"--amqp-listen", nd.AMQPAddr,
+		"--http-listen", "",
 		"--data-dir", nd.dir,
 		"--node-id", nd.ID,
 		"--cluster-listen", nd.ClusterAddr,

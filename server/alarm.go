@@ -125,6 +125,20 @@ func (a *alarms) blocked() (string, <-chan struct{}) {
 	return "", nil
 }
 
+// raised names the alarms raised now.
+func (a *alarms) raised() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	if a.memory {
+		out = append(out, "memory")
+	}
+	if a.disk {
+		out = append(out, "disk")
+	}
+	return out
+}
+
 // setLimits changes the thresholds (operators and tests) and re-evaluates at once.
 func (a *alarms) setLimits(memLimit, diskLimit int64) {
 	a.mu.Lock()

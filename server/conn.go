@@ -38,6 +38,10 @@ type conn struct {
 	channelMax uint16
 	heartbeat  time.Duration
 
+	clientProps amqp.Table // connection.start-ok's client properties; set before open
+	connectedAt time.Time
+	nChannels   atomic.Int32 // len(channels), for readers off the reader goroutine
+
 	capCancelNotify bool
 	capBlocked      bool
 	capAuthFailure  bool
@@ -217,6 +221,7 @@ func (c *conn) serve() {
 		}
 		return
 	}
+	c.connectedAt = time.Now()
 	c.open.Store(true)
 	if c.forced.Load() {
 		c.closeWithError(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
@@ -266,6 +271,7 @@ func (c *conn) handshake() error {
 	if !ok {
 		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name())
 	}
+	c.clientProps = so.ClientProperties
 	if capsV, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
 		c.capCancelNotify = capsV["consumer_cancel_notify"] == true
 		c.capBlocked = capsV["connection.blocked"] == true
@@ -279,7 +285,7 @@ func (c *conn) handshake() error {
 		}
 		return amqp.Errorf(amqp.SyntaxError, "%v", err)
 	}
-	if !c.authenticate(user, pass) {
+	if err := c.s.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
 		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism)
 		if c.capAuthFailure {
 			return amqp.Errorf(amqp.AccessRefused,
@@ -388,17 +394,6 @@ func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 		}
 		return m, nil
 	}
-}
-
-func (c *conn) authenticate(user, pass string) bool {
-	if user != "guest" || pass != "guest" {
-		return false
-	}
-	// guest is allowed from loopback only, as in RabbitMQ's default loopback_users.
-	if ta, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		return false
-	}
-	return true
 }
 
 // parseCredentials decodes a PLAIN or AMQPLAIN start-ok response.
@@ -598,9 +593,9 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 			case 40: // the client closed at the same time: answer, and still wait for our close-ok
 				c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 			case 41:
-				delete(c.channels, ch.id)
+				c.dropChannel(ch.id)
 			case 10:
-				delete(c.channels, ch.id)
+				c.dropChannel(ch.id)
 				return c.openChannel(f.Channel)
 			}
 		}
@@ -660,8 +655,14 @@ func (c *conn) openChannel(id uint16) *amqp.Error {
 	}
 	ch := newChannel(c, id)
 	c.channels[id] = ch
+	c.nChannels.Add(1)
 	c.out.sendMethod(id, &amqp.ChannelOpenOk{})
 	return nil
+}
+
+func (c *conn) dropChannel(id uint16) {
+	delete(c.channels, id)
+	c.nChannels.Store(int32(len(c.channels)))
 }
 
 func (c *conn) handleContentFrame(f amqp.Frame) *amqp.Error {
@@ -712,7 +713,7 @@ func (c *conn) flushConfirms() {
 func (c *conn) releaseChannels() {
 	for id, ch := range c.channels {
 		ch.release()
-		delete(c.channels, id)
+		c.dropChannel(id)
 	}
 }
 

@@ -65,7 +65,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		ch.flushConfirm()
 		ch.release()
 		ch.gone = true
-		delete(c.channels, ch.id)
+		c.dropChannel(ch.id)
 		c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 		return nil
 	case *amqp.ChannelCloseOk:

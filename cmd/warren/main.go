@@ -1,13 +1,13 @@
 // Command warren runs the Warren message broker.
 //
-//	warren serve [--amqp-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
+//	warren serve [--amqp-listen ADDR] [--http-listen ADDR] [--data-dir DIR] [--log-level LEVEL]
 //	warren version
 //	warren cluster [status|add|remove] --server HOST:PORT
 //	warren perf [run|bench] [flags]
 //	warren dlq redrive --uri URI --queue DLQ [--to QUEUE] [--limit N] [--dry-run]
 //
 // Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
-// WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
+// WARREN_HTTP_LISTEN, WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
 package main
 
 import (
@@ -30,10 +30,15 @@ import (
 	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
+	"warren/server/httpapi"
 )
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
 var version = "dev"
+
+// defaultHTTPListen is where RabbitMQ's management API listens, on loopback only as the AMQP
+// listener's default.
+const defaultHTTPListen = "127.0.0.1:15672"
 
 // shutdownTimeout bounds how long a signalled broker waits for its connections to close.
 const shutdownTimeout = 10 * time.Second
@@ -63,6 +68,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Usage:   "TCP `ADDRESS` for AMQP 0-9-1 clients",
 						Value:   server.DefaultConfig().AMQPListen,
 						EnvVars: []string{"WARREN_AMQP_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "http-listen",
+						Usage:   "TCP `ADDRESS` of the HTTP API (RabbitMQ's management API paths under /api); empty disables it",
+						Value:   defaultHTTPListen,
+						EnvVars: []string{"WARREN_HTTP_LISTEN"},
 					},
 					&cli.StringFlag{
 						Name:    "data-dir",
@@ -164,7 +175,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer pprof.StopCPUProfile()
 					}
-					return serve(c.Context, cfg)
+					return serve(c.Context, cfg, c.String("http-listen"))
 				},
 			},
 			{
@@ -239,7 +250,7 @@ func parseLevel(s string) (slog.Level, error) {
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
-func serve(ctx context.Context, cfg server.Config) error {
+func serve(ctx context.Context, cfg server.Config, httpListen string) error {
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
@@ -256,7 +267,18 @@ func serve(ctx context.Context, cfg server.Config) error {
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("start broker: %w", err)
 	}
-	cfg.Logger.Info("warren started", "version", version, "amqp", srv.Addr().String(), "data_dir", cfg.DataDir)
+	startedArgs := []any{"version", version, "amqp", srv.Addr().String()}
+	var api *httpapi.Listener
+	if httpListen != "" {
+		if api, err = httpapi.Listen(httpListen, srv, httpapi.Options{Version: version, Logger: cfg.Logger}); err != nil {
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+			return err
+		}
+		startedArgs = append(startedArgs, "http", api.Addr().String())
+	}
+	cfg.Logger.Info("warren started", append(startedArgs, "data_dir", cfg.DataDir)...)
 
 	<-ctx.Done()
 	stop() // a second signal now kills the process the default way
@@ -264,6 +286,11 @@ func serve(ctx context.Context, cfg server.Config) error {
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	if api != nil {
+		if err := api.Shutdown(shutdownCtx); err != nil {
+			cfg.Logger.Warn("cannot stop the HTTP API cleanly", "err", err)
+		}
+	}
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shut down broker: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 // connects to the address it logs, and stops it by cancelling the context as a signal would.
 func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("WARREN_AMQP_LISTEN", "127.0.0.1:0")
+	t.Setenv("WARREN_HTTP_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_DATA_DIR", t.TempDir())
 	t.Setenv("WARREN_LOG_LEVEL", "debug")
 
@@ -85,11 +87,11 @@ func TestServeFromEnvironment(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- newApp(&out, &logs).RunContext(ctx, []string{"warren", "serve"}) }()
 
-	started := regexp.MustCompile(`msg="warren started".* amqp=(127\.0\.0\.1:\d+)`)
-	var addr string
+	started := regexp.MustCompile(`msg="warren started".* amqp=(127\.0\.0\.1:\d+) http=(127\.0\.0\.1:\d+)`)
+	var addr, httpAddr string
 	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
 		if m := started.FindStringSubmatch(logs.String()); m != nil {
-			addr = m[1]
+			addr, httpAddr = m[1], m[2]
 		}
 		select {
 		case err := <-done:
@@ -105,6 +107,16 @@ func TestServeFromEnvironment(t *testing.T) {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	nc.Close()
+	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/api/overview", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatalf("HTTP API at %s: %v", httpAddr, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /api/overview: %s, want 200", resp.Status)
+	}
 
 	cancel()
 	select {

@@ -831,6 +831,17 @@ func (q *Queue) Counts() (ready, consumers int) {
 	return q.m.Ready(), len(q.consumers)
 }
 
+// Stats returns the numbers of ready and unacknowledged messages and of consumers (on every
+// node, for a replicated queue).
+func (q *Queue) Stats() (ready, unacked, consumers int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.r != nil {
+		return q.m.Ready(), q.m.Unacked(), q.m.Consumers()
+	}
+	return q.m.Ready(), q.m.Unacked(), len(q.consumers)
+}
+
 // Close deletes the queue: it stops the dispatcher and returns the consumers that were attached, so the
 // caller can tell them (basic.cancel). It returns the number of ready messages dropped.
 func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {

@@ -60,7 +60,7 @@ func (b *brokerProc) start(ctx context.Context) error {
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--data-dir", b.data, "--log-level", "warn")
+	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn")
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {

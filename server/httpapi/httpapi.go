@@ -1,0 +1,501 @@
+// Package httpapi serves Warren's HTTP API: the part of RabbitMQ's management API
+// (/api/...) that operators' scripts, monitoring checks and client test suites use, with
+// RabbitMQ's paths, JSON field names, status codes and basic authentication.
+//
+// Served: GET /api/overview, /api/whoami, /api/vhosts, /api/connections,
+// /api/connections/{name} (and DELETE, which closes it with 320 CONNECTION_FORCED),
+// /api/queues[/{vhost}[/{name}]], /api/exchanges[/{vhost}[/{name}]] and
+// /api/health/checks/alarms.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"warren/amqp"
+	"warren/server"
+)
+
+// Options configure the API.
+type Options struct {
+	// Version is the broker's version, reported as product_version.
+	Version string
+	// Logger receives the API's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// api answers the requests for one broker.
+type api struct {
+	b      *server.Server
+	opt    Options
+	routes []route
+}
+
+// route is one endpoint: a method and the path's segments after /api/, where "*" takes any
+// one segment and hands it, unescaped, to the handler.
+type route struct {
+	method  string
+	pattern []string
+	handle  func(a *api, w http.ResponseWriter, r *http.Request, args []string)
+}
+
+// apiRoutes are the endpoints, matched in order. Paths are split by hand rather than with
+// http.ServeMux because RabbitMQ's paths carry the vhost as one segment, and the default vhost
+// "/" arrives as %2F, which ServeMux does not match as a segment.
+func apiRoutes() []route {
+	return []route{
+		{"GET", []string{"overview"}, (*api).overview},
+		{"GET", []string{"whoami"}, (*api).whoami},
+		{"GET", []string{"vhosts"}, (*api).vhosts},
+		{"GET", []string{"connections"}, (*api).connections},
+		{"GET", []string{"connections", "*"}, (*api).connection},
+		{"DELETE", []string{"connections", "*"}, (*api).closeConnection},
+		{"GET", []string{"queues"}, (*api).queues},
+		{"GET", []string{"queues", "*"}, (*api).queues},
+		{"GET", []string{"queues", "*", "*"}, (*api).queue},
+		{"GET", []string{"exchanges"}, (*api).exchanges},
+		{"GET", []string{"exchanges", "*"}, (*api).exchanges},
+		{"GET", []string{"exchanges", "*", "*"}, (*api).exchange},
+		{"GET", []string{"health", "checks", "alarms"}, (*api).alarms},
+	}
+}
+
+// Handler returns the API's handler for broker b.
+func Handler(b *server.Server, opt Options) http.Handler {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	a := &api{b: b, opt: opt, routes: apiRoutes()}
+	return http.HandlerFunc(a.serve)
+}
+
+func (a *api) serve(w http.ResponseWriter, r *http.Request) {
+	if !a.authenticated(r) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not_authorized", "reason": "Login failed"})
+		return
+	}
+	segs, ok := apiSegments(r.URL.EscapedPath())
+	if !ok {
+		notFound(w)
+		return
+	}
+	var allowed []string
+	for _, rt := range a.routes {
+		args, ok := rt.match(segs)
+		if !ok {
+			continue
+		}
+		if rt.method == r.Method || (rt.method == "GET" && r.Method == "HEAD") {
+			rt.handle(a, w, r, args)
+			return
+		}
+		allowed = append(allowed, rt.method)
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method_not_allowed", "reason": "Method Not Allowed"})
+		return
+	}
+	notFound(w)
+}
+
+// apiSegments splits an escaped path below /api/ into unescaped segments; a trailing slash is
+// dropped, as RabbitMQ accepts both forms.
+func apiSegments(escaped string) ([]string, bool) {
+	rest, ok := strings.CutPrefix(escaped, "/api/")
+	if !ok {
+		return nil, false
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	if rest == "" {
+		return nil, false
+	}
+	segs := strings.Split(rest, "/")
+	for i, s := range segs {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, false
+		}
+		segs[i] = u
+	}
+	return segs, true
+}
+
+func (rt route) match(segs []string) ([]string, bool) {
+	if len(segs) != len(rt.pattern) {
+		return nil, false
+	}
+	var args []string
+	for i, p := range rt.pattern {
+		switch {
+		case p == "*":
+			args = append(args, segs[i])
+		case p != segs[i]:
+			return nil, false
+		}
+	}
+	return args, true
+}
+
+// authenticated reports whether the request's basic-auth credentials would log in over AMQP
+// from the same address.
+func (a *api) authenticated(r *http.Request) bool {
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		return false
+	}
+	host, port, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	p, _ := strconv.Atoi(port)
+	return a.b.Authenticate(user, pass, &net.TCPAddr{IP: net.ParseIP(host), Port: p}) == nil
+}
+
+func (a *api) overview(w http.ResponseWriter, r *http.Request, args []string) {
+	conns := a.b.Connections()
+	channels := 0
+	for _, c := range conns {
+		channels += c.Channels
+	}
+	queues := a.b.Queues()
+	var ready, unacked, consumers int
+	for _, q := range queues {
+		ready += q.Ready
+		unacked += q.Unacked
+		consumers += q.Consumers
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"product_name":    "Warren",
+		"product_version": a.opt.Version,
+		"node":            a.b.NodeName(),
+		"cluster_name":    a.b.NodeName(),
+		"object_totals": map[string]int{
+			"connections": len(conns),
+			"channels":    channels,
+			"queues":      len(queues),
+			"exchanges":   len(a.b.Exchanges()),
+			"consumers":   consumers,
+		},
+		"queue_totals": map[string]int{
+			"messages":                ready + unacked,
+			"messages_ready":          ready,
+			"messages_unacknowledged": unacked,
+		},
+	})
+}
+
+func (a *api) whoami(w http.ResponseWriter, r *http.Request, args []string) {
+	user, _, _ := r.BasicAuth()
+	writeJSON(w, http.StatusOK, map[string]any{"name": user, "tags": []string{"administrator"}})
+}
+
+func (a *api) vhosts(w http.ResponseWriter, r *http.Request, args []string) {
+	out := []map[string]any{}
+	for _, v := range a.b.VHosts() {
+		out = append(out, map[string]any{"name": v, "description": "", "tracing": false})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) connections(w http.ResponseWriter, r *http.Request, args []string) {
+	out := []map[string]any{}
+	for _, c := range a.b.Connections() {
+		out = append(out, a.connectionJSON(c))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) findConnection(name string) (server.ConnectionInfo, bool) {
+	for _, c := range a.b.Connections() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return server.ConnectionInfo{}, false
+}
+
+func (a *api) connection(w http.ResponseWriter, r *http.Request, args []string) {
+	c, ok := a.findConnection(args[0])
+	if !ok {
+		notFound(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.connectionJSON(c))
+}
+
+// closeConnection closes a connection; the X-Reason header, as in RabbitMQ, becomes the
+// close's reply text.
+func (a *api) closeConnection(w http.ResponseWriter, r *http.Request, args []string) {
+	name := args[0]
+	if !a.b.CloseConnection(name, r.Header.Get("X-Reason")) {
+		notFound(w)
+		return
+	}
+	user, _, _ := r.BasicAuth()
+	a.opt.Logger.Info("connection closed through the HTTP API", "connection", name, "reason", r.Header.Get("X-Reason"), "user", user, "from", r.RemoteAddr)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) connectionJSON(c server.ConnectionInfo) map[string]any {
+	peerHost, peerPort := splitAddr(c.Peer)
+	host, port := splitAddr(c.Local)
+	return map[string]any{
+		"name":              c.Name,
+		"node":              a.b.NodeName(),
+		"type":              "network",
+		"state":             "running",
+		"protocol":          "AMQP 0-9-1",
+		"user":              c.User,
+		"vhost":             c.VHost,
+		"peer_host":         peerHost,
+		"peer_port":         peerPort,
+		"host":              host,
+		"port":              port,
+		"channels":          c.Channels,
+		"channel_max":       c.ChannelMax,
+		"frame_max":         c.FrameMax,
+		"timeout":           int(c.Heartbeat / time.Second),
+		"connected_at":      c.ConnectedAt.UnixMilli(),
+		"client_properties": tableJSON(c.ClientProperties),
+	}
+}
+
+func splitAddr(addr string) (string, int) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
+
+// queues lists every queue, or a vhost's queues when the path names one.
+func (a *api) queues(w http.ResponseWriter, r *http.Request, args []string) {
+	all := len(args) == 0
+	if !all && !a.vhostExists(args[0]) {
+		notFound(w)
+		return
+	}
+	out := []map[string]any{}
+	for _, q := range a.b.Queues() {
+		if all || q.VHost == args[0] {
+			out = append(out, a.queueJSON(q))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
+	for _, q := range a.b.Queues() {
+		if q.VHost == args[0] && q.Name == args[1] {
+			writeJSON(w, http.StatusOK, a.queueJSON(q))
+			return
+		}
+	}
+	notFound(w)
+}
+
+func (a *api) queueJSON(q server.QueueInfo) map[string]any {
+	return map[string]any{
+		"name":                    q.Name,
+		"vhost":                   q.VHost,
+		"type":                    q.Type,
+		"node":                    a.b.NodeName(),
+		"state":                   "running",
+		"durable":                 q.Durable,
+		"auto_delete":             q.AutoDelete,
+		"exclusive":               q.Exclusive,
+		"arguments":               tableJSON(q.Arguments),
+		"messages":                q.Ready + q.Unacked,
+		"messages_ready":          q.Ready,
+		"messages_unacknowledged": q.Unacked,
+		"consumers":               q.Consumers,
+	}
+}
+
+// exchanges lists every exchange, or a vhost's exchanges when the path names one.
+func (a *api) exchanges(w http.ResponseWriter, r *http.Request, args []string) {
+	all := len(args) == 0
+	if !all && !a.vhostExists(args[0]) {
+		notFound(w)
+		return
+	}
+	out := []map[string]any{}
+	for _, e := range a.b.Exchanges() {
+		if all || e.VHost == args[0] {
+			out = append(out, exchangeJSON(e))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) exchange(w http.ResponseWriter, r *http.Request, args []string) {
+	// RabbitMQ names the default exchange "amq.default" in paths.
+	name := args[1]
+	if name == "amq.default" {
+		name = ""
+	}
+	for _, e := range a.b.Exchanges() {
+		if e.VHost == args[0] && e.Name == name {
+			writeJSON(w, http.StatusOK, exchangeJSON(e))
+			return
+		}
+	}
+	notFound(w)
+}
+
+func exchangeJSON(e server.ExchangeInfo) map[string]any {
+	return map[string]any{
+		"name":        e.Name,
+		"vhost":       e.VHost,
+		"type":        e.Type,
+		"durable":     e.Durable,
+		"auto_delete": e.AutoDelete,
+		"internal":    e.Internal,
+		"arguments":   tableJSON(e.Arguments),
+	}
+}
+
+func (a *api) vhostExists(name string) bool {
+	for _, v := range a.b.VHosts() {
+		if v == name {
+			return true
+		}
+	}
+	return false
+}
+
+// alarms is RabbitMQ's health check: 200 when no resource alarm is raised, 503 listing them.
+func (a *api) alarms(w http.ResponseWriter, r *http.Request, args []string) {
+	raised := a.b.Alarms()
+	if len(raised) == 0 {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+	list := make([]map[string]string, len(raised))
+	for i, res := range raised {
+		list[i] = map[string]string{"node": a.b.NodeName(), "resource": res}
+	}
+	writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+		"status": "failed", "reason": "There are alarms in effect in the cluster", "alarms": list,
+	})
+}
+
+func notFound(w http.ResponseWriter) {
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "Object Not Found", "reason": "Not Found"})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":"internal_error","reason":"cannot encode the response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// tableJSON turns an AMQP table into what encoding/json can write, the way RabbitMQ renders
+// one: byte arrays and long strings as strings, decimals and timestamps as numbers.
+func tableJSON(t amqp.Table) map[string]any {
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		out[k] = valueJSON(v)
+	}
+	return out
+}
+
+func valueJSON(v any) any {
+	switch v := v.(type) {
+	case amqp.Table:
+		return tableJSON(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = valueJSON(e)
+		}
+		return out
+	case []byte:
+		return string(v)
+	case amqp.Decimal:
+		return float64(v.Value) / math.Pow10(int(v.Scale))
+	case time.Time:
+		return v.Unix()
+	case float32:
+		return finite(float64(v))
+	case float64:
+		return finite(v)
+	}
+	return v
+}
+
+// finite keeps NaN and infinities, which JSON has no numbers for, as strings.
+func finite(f float64) any {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return f
+}
+
+// Listener is the API served on a TCP address.
+type Listener struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan error
+}
+
+// Listen serves the API for broker b on addr until Shutdown.
+func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP API: listen on %s: %w", addr, err)
+	}
+	h := Handler(b, opt)
+	l := &Listener{
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(opt.loggerOrDefault().Handler(), slog.LevelWarn),
+		},
+		ln:   ln,
+		done: make(chan error, 1),
+	}
+	go func() { l.done <- l.srv.Serve(ln) }()
+	return l, nil
+}
+
+func (o Options) loggerOrDefault() *slog.Logger {
+	if o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
+}
+
+// Addr is the address the API listens on.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Shutdown stops the API: no new requests, and it waits, bounded by ctx, for those under way.
+func (l *Listener) Shutdown(ctx context.Context) error {
+	err := l.srv.Shutdown(ctx)
+	if serr := <-l.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("HTTP API: shut down: %w", err)
+	}
+	return nil
+}
