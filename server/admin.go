@@ -20,6 +20,7 @@ type ConnectionInfo struct {
 	// 127.0.0.1:5672"); it is what CloseConnection takes.
 	Name             string
 	Number           uint64 // this boot's connection number, as in the logs (conn=N)
+	State            string // "running", or "closing" once CloseConnection or a shutdown closed it
 	Peer, Local      string
 	User, VHost      string
 	ClientProperties amqp.Table // as the client sent them in connection.start-ok
@@ -51,9 +52,14 @@ func (s *Server) Connections() []ConnectionInfo {
 // info describes c; c must be open, so the handshake's fields no longer change.
 func (c *conn) info() ConnectionInfo {
 	peer, local := c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()
+	state := "running"
+	if c.forced.Load() {
+		state = "closing"
+	}
 	return ConnectionInfo{
 		Name:             connectionName(peer, local),
 		Number:           c.id,
+		State:            state,
 		Peer:             peer,
 		Local:            local,
 		User:             c.user,
@@ -71,7 +77,8 @@ func connectionName(peer, local string) string { return peer + " -> " + local }
 
 // CloseConnection closes the open connection called name (see ConnectionInfo.Name) as
 // RabbitMQ's management plugin does: connection.close 320 CONNECTION_FORCED with reason, or
-// "Closed via management plugin" when reason is empty. It reports whether there was one.
+// "Closed via management plugin" when reason is empty. It reports whether there was one to
+// close: a connection already closing is not.
 func (s *Server) CloseConnection(name, reason string) bool {
 	if reason == "" {
 		reason = "Closed via management plugin"
@@ -79,7 +86,7 @@ func (s *Server) CloseConnection(name, reason string) bool {
 	s.mu.Lock()
 	var target *conn
 	for c := range s.conns {
-		if c.open.Load() && connectionName(c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()) == name {
+		if c.open.Load() && !c.forced.Load() && connectionName(c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()) == name {
 			target = c
 			break
 		}

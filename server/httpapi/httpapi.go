@@ -255,7 +255,7 @@ func (a *api) connectionJSON(c server.ConnectionInfo) map[string]any {
 		"name":              c.Name,
 		"node":              a.b.NodeName(),
 		"type":              "network",
-		"state":             "running",
+		"state":             c.State,
 		"protocol":          "AMQP 0-9-1",
 		"user":              c.User,
 		"vhost":             c.VHost,
