@@ -728,7 +728,15 @@ func (c *conn) cleanup() {
 
 // deleteQueue deletes a queue and tells its consumers.
 func (c *conn) deleteQueue(e *queueEntry) int {
-	n := c.vhost.deleteQueue(e)
+	n, notify := c.removeQueue(e)
+	notify()
+	return n
+}
+
+// removeQueue is deleteQueue with the consumers told later, by the function it returns (see
+// vhost.removeQueue).
+func (c *conn) removeQueue(e *queueEntry) (int, func()) {
+	n, notify := c.vhost.removeQueue(e)
 	if e.owner != nil {
 		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
 	} else if e.durable {
@@ -736,5 +744,5 @@ func (c *conn) deleteQueue(e *queueEntry) int {
 			c.log.Error("cannot store metadata", "err", err)
 		}
 	}
-	return n
+	return n, notify
 }

@@ -224,3 +224,44 @@ func (r *rawConn) close() {
 	r.expect(10, 51)
 	_ = r.c.Close()
 }
+
+// queue.delete-ok comes before the basic.cancel of a consumer on the deleting channel, as in
+// RabbitMQ: amqplib resolves the delete's promise on the reply, and a client that closes as soon
+// as it sees the cancel must not find the delete still waiting for it.
+func TestRawQueueDeleteOkBeforeCancel(t *testing.T) {
+	url := startBroker(t)
+	r := rawDial(t, url)
+	f := r.handshake("guest", "guest", map[string]bool{"consumer_cancel_notify": true})
+	if f.typ != 1 || f.class != 10 || f.method != 30 {
+		t.Fatalf("want connection.tune, got %d.%d", f.class, f.method)
+	}
+	var tuneOK rawBuf
+	tuneOK.u16(2047).u32(131072).u16(0)
+	r.send(0, 10, 31, &tuneOK)
+	var open rawBuf
+	open.short("/").short("").u8(0)
+	r.send(0, 10, 40, &open)
+	r.expect(10, 41)
+	var chOpen rawBuf
+	chOpen.short("")
+	r.send(1, 20, 10, &chOpen)
+	r.expect(20, 11)
+
+	var declare rawBuf
+	declare.u16(0).short("delete-order").u8(0).table(nil)
+	r.send(1, 50, 10, &declare)
+	r.expect(50, 11)
+	var consume rawBuf
+	consume.u16(0).short("delete-order").short("c1").u8(0).table(nil)
+	r.send(1, 60, 20, &consume)
+	r.expect(60, 21)
+	var del rawBuf
+	del.u16(0).short("delete-order").u8(0)
+	r.send(1, 50, 40, &del)
+	r.expect(50, 41) // queue.delete-ok first
+	f = r.expect(60, 30)
+	if n := int(f.args[0]); string(f.args[1:1+n]) != "c1" {
+		t.Errorf("basic.cancel for %q, want c1", f.args[1:1+n])
+	}
+	r.close()
+}

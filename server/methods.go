@@ -485,8 +485,10 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		}
 		return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(ready)})
 	}
-	n := c.deleteQueue(e)
-	return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
+	n, notify := c.removeQueue(e)
+	err = ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
+	notify()
+	return err
 }
 
 func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {

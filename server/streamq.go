@@ -82,15 +82,20 @@ func (sq *streamQueue) close() {
 	sq.log.Close()
 }
 
-// delete removes the stream and its data; consumers get basic.cancel.
-func (sq *streamQueue) delete() {
+// delete stops the consumers and removes the stream and its data. It returns the function that
+// tells the consumers (basic.cancel); see vhost.removeQueue for why that comes later.
+func (sq *streamQueue) delete() (notify func()) {
 	cons := sq.stopAll()
 	for _, c := range cons {
 		c.stop()
-		c.ch.serverCancelStream(c)
 	}
 	if err := sq.log.Delete(); err != nil {
 		sq.s.log.Error("cannot delete stream data", "stream", sq.name, "err", err)
+	}
+	return func() {
+		for _, c := range cons {
+			c.ch.serverCancelStream(c)
+		}
 	}
 }
 
