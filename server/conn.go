@@ -655,7 +655,7 @@ func (c *conn) openChannel(id uint16) *amqp.Error {
 	}
 	ch := newChannel(c, id)
 	c.channels[id] = ch
-	c.nChannels.Add(1)
+	c.nChannels.Store(int32(len(c.channels)))
 	c.out.sendMethod(id, &amqp.ChannelOpenOk{})
 	return nil
 }

@@ -198,7 +198,13 @@ func (r *rawConn) open(user, pass string) {
 // openHeartbeat is open with the given heartbeat (seconds) in tune-ok.
 func (r *rawConn) openHeartbeat(user, pass string, heartbeat uint16) {
 	r.t.Helper()
-	f := r.handshake(user, pass, nil)
+	r.openCaps(user, pass, heartbeat, nil)
+}
+
+// openCaps is openHeartbeat with the given client capabilities.
+func (r *rawConn) openCaps(user, pass string, heartbeat uint16, caps map[string]bool) {
+	r.t.Helper()
+	f := r.handshake(user, pass, caps)
 	if f.typ != 1 || f.class != 10 || f.method != 30 {
 		r.t.Fatalf("want connection.tune, got %d.%d", f.class, f.method)
 	}
@@ -231,21 +237,7 @@ func (r *rawConn) close() {
 func TestRawQueueDeleteOkBeforeCancel(t *testing.T) {
 	url := startBroker(t)
 	r := rawDial(t, url)
-	f := r.handshake("guest", "guest", map[string]bool{"consumer_cancel_notify": true})
-	if f.typ != 1 || f.class != 10 || f.method != 30 {
-		t.Fatalf("want connection.tune, got %d.%d", f.class, f.method)
-	}
-	var tuneOK rawBuf
-	tuneOK.u16(2047).u32(131072).u16(0)
-	r.send(0, 10, 31, &tuneOK)
-	var open rawBuf
-	open.short("/").short("").u8(0)
-	r.send(0, 10, 40, &open)
-	r.expect(10, 41)
-	var chOpen rawBuf
-	chOpen.short("")
-	r.send(1, 20, 10, &chOpen)
-	r.expect(20, 11)
+	r.openCaps("guest", "guest", 0, map[string]bool{"consumer_cancel_notify": true})
 
 	var declare rawBuf
 	declare.u16(0).short("delete-order").u8(0).table(nil)
@@ -259,7 +251,7 @@ func TestRawQueueDeleteOkBeforeCancel(t *testing.T) {
 	del.u16(0).short("delete-order").u8(0)
 	r.send(1, 50, 40, &del)
 	r.expect(50, 41) // queue.delete-ok first
-	f = r.expect(60, 30)
+	f := r.expect(60, 30)
 	if n := int(f.args[0]); string(f.args[1:1+n]) != "c1" {
 		t.Errorf("basic.cancel for %q, want c1", f.args[1:1+n])
 	}

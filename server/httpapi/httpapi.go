@@ -283,18 +283,7 @@ func splitAddr(addr string) (string, int) {
 
 // queues lists every queue, or a vhost's queues when the path names one.
 func (a *api) queues(w http.ResponseWriter, r *http.Request, args []string) {
-	all := len(args) == 0
-	if !all && !a.vhostExists(args[0]) {
-		notFound(w)
-		return
-	}
-	out := []map[string]any{}
-	for _, q := range a.b.Queues() {
-		if all || q.VHost == args[0] {
-			out = append(out, a.queueJSON(q))
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
+	listInVhost(a, w, args, a.b.Queues(), func(q server.QueueInfo) (string, map[string]any) { return q.VHost, a.queueJSON(q) })
 }
 
 func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
@@ -305,6 +294,22 @@ func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
 		}
 	}
 	notFound(w)
+}
+
+// listInVhost writes items as JSON, all of them or, when args names a vhost, those in it; an
+// unknown vhost is 404, as in RabbitMQ.
+func listInVhost[T any](a *api, w http.ResponseWriter, args []string, items []T, view func(T) (vhost string, obj map[string]any)) {
+	if len(args) > 0 && !a.vhostExists(args[0]) {
+		notFound(w)
+		return
+	}
+	out := []map[string]any{}
+	for _, it := range items {
+		if vhost, obj := view(it); len(args) == 0 || vhost == args[0] {
+			out = append(out, obj)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *api) queueJSON(q server.QueueInfo) map[string]any {
@@ -327,18 +332,7 @@ func (a *api) queueJSON(q server.QueueInfo) map[string]any {
 
 // exchanges lists every exchange, or a vhost's exchanges when the path names one.
 func (a *api) exchanges(w http.ResponseWriter, r *http.Request, args []string) {
-	all := len(args) == 0
-	if !all && !a.vhostExists(args[0]) {
-		notFound(w)
-		return
-	}
-	out := []map[string]any{}
-	for _, e := range a.b.Exchanges() {
-		if all || e.VHost == args[0] {
-			out = append(out, exchangeJSON(e))
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
+	listInVhost(a, w, args, a.b.Exchanges(), func(e server.ExchangeInfo) (string, map[string]any) { return e.VHost, exchangeJSON(e) })
 }
 
 func (a *api) exchange(w http.ResponseWriter, r *http.Request, args []string) {
