@@ -454,6 +454,9 @@ type Listener struct {
 
 // Listen serves the API for broker b on addr until Shutdown.
 func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("HTTP API: listen on %s: %w", addr, err)
@@ -463,20 +466,13 @@ func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
 		srv: &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(opt.loggerOrDefault().Handler(), slog.LevelWarn),
+			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
 		done: make(chan error, 1),
 	}
 	go func() { l.done <- l.srv.Serve(ln) }()
 	return l, nil
-}
-
-func (o Options) loggerOrDefault() *slog.Logger {
-	if o.Logger == nil {
-		return slog.Default()
-	}
-	return o.Logger
 }
 
 // Addr is the address the API listens on.

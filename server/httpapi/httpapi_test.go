@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -119,8 +120,16 @@ func (b *broker) findConn(t *testing.T, name string) connJSON {
 
 func dial(t *testing.T, url, name string) *amqp.Connection {
 	t.Helper()
+	return dialProps(t, url, name, nil)
+}
+
+func dialProps(t *testing.T, url, name string, extra amqp.Table) *amqp.Connection {
+	t.Helper()
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
+	for k, v := range extra {
+		props[k] = v
+	}
 	c, err := amqp.DialConfig(url, amqp.Config{Properties: props})
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +181,31 @@ func TestCloseConnectionByName(t *testing.T) {
 		t.Error("closing one connection closed another")
 	}
 	b.findConn(t, "bystander")
+}
+
+// Client properties of every AMQP type come out as RabbitMQ's API renders them.
+func TestClientPropertiesAsJSON(t *testing.T) {
+	b := startBroker(t)
+	dialProps(t, b.amqpURL, "typed", amqp.Table{
+		"bytes":   []byte("ab"),
+		"when":    time.Unix(1700000000, 0),
+		"decimal": amqp.Decimal{Scale: 2, Value: 12345},
+		"nan":     math.NaN(),
+		"nested":  amqp.Table{"list": []any{int32(1), "two"}},
+	})
+	got := b.findConn(t, "typed").ClientProperties
+	want := map[string]any{
+		"bytes":   "ab",
+		"when":    float64(1700000000),
+		"decimal": 123.45,
+		"nan":     "NaN",
+		"nested":  map[string]any{"list": []any{float64(1), "two"}},
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(got[k], v) {
+			t.Errorf("client_properties[%q] = %#v, want %#v", k, got[k], v)
+		}
+	}
 }
 
 // Without the X-Reason header the reason is RabbitMQ's.
