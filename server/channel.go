@@ -86,6 +86,10 @@ type channel struct {
 	mu        sync.Mutex
 	revoked   map[uint64]struct{} // delivery tags taken back by a consumer timeout
 	closed    bool
+	// While holdCancels is set, basic.cancel notifications wait in heldCancels (consumer tags):
+	// see holdServerCancels.
+	holdCancels bool
+	heldCancels []string
 	nextTag   uint64
 	unacked   unackedList
 	consumers map[string]*consumer
@@ -224,10 +228,41 @@ func (ch *channel) serverCancel(cs *consumer) {
 	}
 	cs.cancelled = true
 	delete(ch.consumers, cs.tag)
-	if ch.c.capCancelNotify {
-		ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
-	}
+	ch.notifyCancelLocked(cs.tag)
 	ch.mu.Unlock()
+}
+
+// notifyCancelLocked tells the client the server cancelled its consumer tag (if it asked to be
+// told), now or, while held, once the channel's own reply has gone out. ch.mu is held.
+func (ch *channel) notifyCancelLocked(tag string) {
+	switch {
+	case !ch.c.capCancelNotify:
+	case ch.holdCancels:
+		ch.heldCancels = append(ch.heldCancels, tag)
+	default:
+		ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: tag, NoWait: true})
+	}
+}
+
+// holdServerCancels makes the channel's basic.cancel notifications wait until the function it
+// returns runs. queue.delete runs it after its reply: RabbitMQ sends queue.delete-ok before the
+// cancel of a consumer on the deleting channel, and clients rely on that order (amqplib resolves
+// the delete on its reply, and a client that closes on the cancel must not leave it pending).
+func (ch *channel) holdServerCancels() (release func()) {
+	ch.mu.Lock()
+	ch.holdCancels = true
+	ch.mu.Unlock()
+	return func() {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		ch.holdCancels = false
+		for _, tag := range ch.heldCancels {
+			if !ch.closed {
+				ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: tag, NoWait: true})
+			}
+		}
+		ch.heldCancels = ch.heldCancels[:0]
+	}
 }
 
 // Reserve implements queue.Consumer: it runs under the queue's lock.

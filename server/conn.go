@@ -728,15 +728,7 @@ func (c *conn) cleanup() {
 
 // deleteQueue deletes a queue and tells its consumers.
 func (c *conn) deleteQueue(e *queueEntry) int {
-	n, notify := c.removeQueue(e)
-	notify()
-	return n
-}
-
-// removeQueue is deleteQueue with the consumers told later, by the function it returns (see
-// vhost.removeQueue).
-func (c *conn) removeQueue(e *queueEntry) (int, func()) {
-	n, notify := c.vhost.removeQueue(e)
+	n := c.vhost.deleteQueue(e)
 	if e.owner != nil {
 		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
 	} else if e.durable {
@@ -744,5 +736,5 @@ func (c *conn) removeQueue(e *queueEntry) (int, func()) {
 			c.log.Error("cannot store metadata", "err", err)
 		}
 	}
-	return n, notify
+	return n
 }

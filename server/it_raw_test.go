@@ -232,28 +232,41 @@ func (r *rawConn) close() {
 }
 
 // queue.delete-ok comes before the basic.cancel of a consumer on the deleting channel, as in
-// RabbitMQ: amqplib resolves the delete's promise on the reply, and a client that closes as soon
-// as it sees the cancel must not find the delete still waiting for it.
+// RabbitMQ, for every queue type: amqplib resolves the delete's promise on the reply, and a client
+// that closes as soon as it sees the cancel must not find the delete still waiting for it.
 func TestRawQueueDeleteOkBeforeCancel(t *testing.T) {
 	url := startBroker(t)
-	r := rawDial(t, url)
-	r.openCaps("guest", "guest", 0, map[string]bool{"consumer_cancel_notify": true})
+	for _, qtype := range []string{"classic", "quorum", "stream"} {
+		t.Run(qtype, func(t *testing.T) {
+			r := rawDial(t, url)
+			r.openCaps("guest", "guest", 0, map[string]bool{"consumer_cancel_notify": true})
+			name := "delete-order-" + qtype
 
-	var declare rawBuf
-	declare.u16(0).short("delete-order").u8(0).table(nil)
-	r.send(1, 50, 10, &declare)
-	r.expect(50, 11)
-	var consume rawBuf
-	consume.u16(0).short("delete-order").short("c1").u8(0).table(nil)
-	r.send(1, 60, 20, &consume)
-	r.expect(60, 21)
-	var del rawBuf
-	del.u16(0).short("delete-order").u8(0)
-	r.send(1, 50, 40, &del)
-	r.expect(50, 41) // queue.delete-ok first
-	f := r.expect(60, 30)
-	if n := int(f.args[0]); string(f.args[1:1+n]) != "c1" {
-		t.Errorf("basic.cancel for %q, want c1", f.args[1:1+n])
+			var qos rawBuf
+			qos.u32(0).u16(10).u8(0) // streams need a prefetch
+			r.send(1, 60, 10, &qos)
+			r.expect(60, 11)
+			var args rawBuf // {"x-queue-type": qtype}
+			args.short("x-queue-type").u8('S').long(qtype)
+			var declare rawBuf
+			declare.u16(0).short(name).u8(2) // durable
+			declare.u32(uint32(args.Len()))
+			declare.Write(args.Bytes())
+			r.send(1, 50, 10, &declare)
+			r.expect(50, 11)
+			var consume rawBuf
+			consume.u16(0).short(name).short("c1").u8(0).table(nil)
+			r.send(1, 60, 20, &consume)
+			r.expect(60, 21)
+			var del rawBuf
+			del.u16(0).short(name).u8(0)
+			r.send(1, 50, 40, &del)
+			r.expect(50, 41) // queue.delete-ok first
+			f := r.expect(60, 30)
+			if n := int(f.args[0]); string(f.args[1:1+n]) != "c1" {
+				t.Errorf("basic.cancel for %q, want c1", f.args[1:1+n])
+			}
+			r.close()
+		})
 	}
-	r.close()
 }

@@ -469,6 +469,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	if e.owner != nil && e.owner != c {
 		return ch.lockedError(name)
 	}
+	defer ch.holdServerCancels()() // after the reply, whatever the queue type
 	ready, consumers := e.counts()
 	if e.stream != nil {
 		consumers = e.stream.consumerCount()
@@ -485,10 +486,8 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		}
 		return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(ready)})
 	}
-	n, notify := c.removeQueue(e)
-	err = ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
-	notify()
-	return err
+	n := c.deleteQueue(e)
+	return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: uint32(n)})
 }
 
 func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {

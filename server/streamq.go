@@ -82,20 +82,15 @@ func (sq *streamQueue) close() {
 	sq.log.Close()
 }
 
-// delete stops the consumers and removes the stream and its data. It returns the function that
-// tells the consumers (basic.cancel); see vhost.removeQueue for why that comes later.
-func (sq *streamQueue) delete() (notify func()) {
+// delete removes the stream and its data; consumers get basic.cancel.
+func (sq *streamQueue) delete() {
 	cons := sq.stopAll()
 	for _, c := range cons {
 		c.stop()
+		c.ch.serverCancelStream(c)
 	}
 	if err := sq.log.Delete(); err != nil {
 		sq.s.log.Error("cannot delete stream data", "stream", sq.name, "err", err)
-	}
-	return func() {
-		for _, c := range cons {
-			c.ch.serverCancelStream(c)
-		}
 	}
 }
 
@@ -413,9 +408,7 @@ func (ch *channel) serverCancelStream(sc *streamConsumer) {
 	}
 	cs.cancelled = true
 	delete(ch.consumers, sc.tag)
-	if ch.c.capCancelNotify {
-		ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: sc.tag, NoWait: true})
-	}
+	ch.notifyCancelLocked(sc.tag)
 }
 
 // settleStream takes the stream deliveries out of entries and acknowledges them (acks are credit).

@@ -87,16 +87,6 @@ func (v *vhost) lookupQueue(name string) *queueEntry {
 // deleteQueue removes a queue and its bindings, tells its consumers (basic.cancel) and returns how
 // many ready messages went with it.
 func (v *vhost) deleteQueue(e *queueEntry) int {
-	n, notify := v.removeQueue(e)
-	notify()
-	return n
-}
-
-// removeQueue removes a queue and its bindings and returns how many ready messages went with it,
-// and a function that tells its consumers (basic.cancel). queue.delete calls that after its reply:
-// RabbitMQ sends queue.delete-ok before the cancel of a consumer on the deleting channel, and
-// clients such as amqplib rely on that order.
-func (v *vhost) removeQueue(e *queueEntry) (int, func()) {
 	v.mu.Lock()
 	if cur := v.queues[e.name]; cur == e {
 		delete(v.queues, e.name)
@@ -104,17 +94,17 @@ func (v *vhost) removeQueue(e *queueEntry) (int, func()) {
 	}
 	v.mu.Unlock()
 	if e.stream != nil {
-		return 0, e.stream.delete()
+		e.stream.delete()
+		return 0
 	}
 	consumers, n := e.q.Close()
 	e.q.Drop()
-	return n, func() {
-		for _, cons := range consumers {
-			if sc, ok := cons.(*consumer); ok {
-				sc.ch.serverCancel(sc)
-			}
+	for _, cons := range consumers {
+		if sc, ok := cons.(*consumer); ok {
+			sc.ch.serverCancel(sc)
 		}
 	}
+	return n
 }
 
 // publish hands a routed message to the queue, whatever its type.
