@@ -86,13 +86,14 @@ type channel struct {
 	mu        sync.Mutex
 	revoked   map[uint64]struct{} // delivery tags taken back by a consumer timeout
 	closed    bool
-	// While holdCancels is set, basic.cancel notifications wait in heldCancels (consumer tags):
-	// see holdServerCancels.
-	holdCancels bool
-	heldCancels []string
 	nextTag   uint64
 	unacked   unackedList
 	consumers map[string]*consumer
+
+	// While holdCancels is set, basic.cancel notifications wait in heldCancels (consumer tags):
+	// see holdServerCancels. Guarded by mu.
+	holdCancels bool
+	heldCancels []string
 }
 
 // pendingConfirm is a publish waiting for its queues' callbacks (see channel.waiting).
