@@ -19,7 +19,6 @@ type ConnectionInfo struct {
 	// Name is RabbitMQ's name for a connection, "peer -> local" ("127.0.0.1:50210 ->
 	// 127.0.0.1:5672"); it is what CloseConnection takes.
 	Name             string
-	Number           uint64 // this boot's connection number, as in the logs (conn=N)
 	State            string // "running", or "closing" once CloseConnection or a shutdown closed it
 	Peer, Local      string
 	User, VHost      string
@@ -58,7 +57,6 @@ func (c *conn) info() ConnectionInfo {
 	}
 	return ConnectionInfo{
 		Name:             connectionName(peer, local),
-		Number:           c.id,
 		State:            state,
 		Peer:             peer,
 		Local:            local,
@@ -128,6 +126,19 @@ func (s *Server) Queues() []QueueInfo {
 		}
 	}
 	return out
+}
+
+// Queue describes the queue called name in vhost, if there is one.
+func (s *Server) Queue(vhost, name string) (QueueInfo, bool) {
+	v := s.vhosts[vhost]
+	if v == nil {
+		return QueueInfo{}, false
+	}
+	e := v.lookupQueue(name)
+	if e == nil {
+		return QueueInfo{}, false
+	}
+	return e.info(), true
 }
 
 func (e *queueEntry) info() QueueInfo {
@@ -202,9 +213,6 @@ func (s *Server) Alarms() []string {
 
 // NodeName is this node's id in its cluster.
 func (s *Server) NodeName() string { return s.node.ID() }
-
-// StartedAt is when the broker was created.
-func (s *Server) StartedAt() time.Time { return s.started }
 
 // Authenticate checks a user's password as the AMQP listener does for a client at remote, so
 // the HTTP API lets in exactly whom AMQP lets in (guest only from loopback, as RabbitMQ).

@@ -257,9 +257,9 @@ func (ch *channel) holdServerCancels() (release func()) {
 		ch.mu.Lock()
 		defer ch.mu.Unlock()
 		ch.holdCancels = false
-		for _, tag := range ch.heldCancels {
-			if !ch.closed {
-				ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: tag, NoWait: true})
+		if !ch.closed {
+			for _, tag := range ch.heldCancels {
+				ch.notifyCancelLocked(tag)
 			}
 		}
 		ch.heldCancels = ch.heldCancels[:0]

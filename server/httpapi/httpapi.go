@@ -287,13 +287,12 @@ func (a *api) queues(w http.ResponseWriter, r *http.Request, args []string) {
 }
 
 func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
-	for _, q := range a.b.Queues() {
-		if q.VHost == args[0] && q.Name == args[1] {
-			writeJSON(w, http.StatusOK, a.queueJSON(q))
-			return
-		}
+	q, ok := a.b.Queue(args[0], args[1])
+	if !ok {
+		notFound(w)
+		return
 	}
-	notFound(w)
+	writeJSON(w, http.StatusOK, a.queueJSON(q))
 }
 
 // listInVhost writes items as JSON, all of them or, when args names a vhost, those in it; an
