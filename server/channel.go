@@ -192,7 +192,7 @@ func (ch *channel) detach(cs *consumer) {
 
 // returnEntries hands unacked deliveries back to their queues: requeue or discard.
 func returnEntries(entries []unackedEntry, requeue bool) {
-	forEachQueue(entries, nil, func(q *queue.Queue, ids []uint64) {
+	forEachQueue(entries, nil, func(q *queue.Classic, ids []uint64) {
 		if requeue {
 			q.Return(ids)
 		} else {
@@ -204,7 +204,7 @@ func returnEntries(entries []unackedEntry, requeue bool) {
 // forEachQueue calls fn once per run of entries from the same queue, with their message ids
 // collected in scratch (reused between runs; fn must not keep it). Stream deliveries have no
 // queue and are skipped. It returns scratch for reuse.
-func forEachQueue(entries []unackedEntry, scratch []uint64, fn func(q *queue.Queue, ids []uint64)) []uint64 {
+func forEachQueue(entries []unackedEntry, scratch []uint64, fn func(q *queue.Classic, ids []uint64)) []uint64 {
 	for i := 0; i < len(entries); {
 		q := entries[i].q
 		if q == nil {
@@ -267,7 +267,7 @@ func (ch *channel) holdServerCancels() (release func()) {
 }
 
 // Reserve implements queue.Consumer: it runs under the queue's lock.
-func (cs *consumer) Reserve(q *queue.Queue) bool {
+func (cs *consumer) Reserve(q *queue.Classic) bool {
 	ch := cs.ch
 	if ch.c.out.full() {
 		ch.c.out.block(q)
@@ -285,7 +285,7 @@ func (cs *consumer) Reserve(q *queue.Queue) bool {
 }
 
 // Deliver implements queue.Consumer: it runs on the queue's dispatcher goroutine.
-func (cs *consumer) Deliver(q *queue.Queue, d queue.Delivery) {
+func (cs *consumer) Deliver(q *queue.Classic, d queue.Delivery) {
 	ch := cs.ch
 	ch.mu.Lock()
 	if ch.closed || cs.cancelled {
@@ -340,7 +340,7 @@ func newName(prefix string) string {
 // unackedEntry is a delivery awaiting ack on this channel.
 type unackedEntry struct {
 	tag    uint64
-	q      *queue.Queue
+	q      *queue.Classic
 	id     uint64
 	cons   *consumer       // nil for basic.get
 	sc     *streamConsumer // stream delivery: id is the offset

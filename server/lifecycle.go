@@ -53,7 +53,7 @@ func (s *Server) newQueueOptions(v *vhost, name string, durable, exclusive, auto
 }
 
 // DeadLetter republishes dead messages to the queue's dead-letter exchange, as RabbitMQ does.
-func (h *queueHooks) DeadLetter(q *queue.Queue, dead []queue.Dead) {
+func (h *queueHooks) DeadLetter(q *queue.Classic, dead []queue.Dead) {
 	e := h.e.Load()
 	if e == nil {
 		return
@@ -98,7 +98,7 @@ func (h *queueHooks) DeadLetter(q *queue.Queue, dead []queue.Dead) {
 
 // ConsumerTimedOut cancels one consumer whose delivery was not acknowledged in time and requeues its
 // unacked messages; its channel stays open (RabbitMQ closes the whole channel).
-func (h *queueHooks) ConsumerTimedOut(q *queue.Queue, c queue.Consumer) {
+func (h *queueHooks) ConsumerTimedOut(q *queue.Classic, c queue.ConsumerV1) {
 	cs, ok := c.(*consumer)
 	if !ok {
 		return
@@ -107,7 +107,7 @@ func (h *queueHooks) ConsumerTimedOut(q *queue.Queue, c queue.Consumer) {
 }
 
 // Expired deletes a queue unused for longer than its x-expires, off the dispatcher's goroutine.
-func (h *queueHooks) Expired(q *queue.Queue) {
+func (h *queueHooks) Expired(q *queue.Classic) {
 	if e := h.e.Load(); e != nil {
 		h.s.deleteLater(e)
 	}

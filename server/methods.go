@@ -546,7 +546,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		ch.mu.Lock()
 		delete(ch.consumers, tag)
 		ch.mu.Unlock()
-		if err == queue.ErrQueueDeleted {
+		if errors.Is(err, queue.ErrGone) {
 			return ch.queueNotFound(e.q.Name)
 		}
 		if errors.Is(err, queue.ErrNoQuorum) {
@@ -599,7 +599,7 @@ func (ch *channel) replyConsumerLocked() *consumer {
 // kickConsumers wakes the queues of this channel's consumers (global prefetch room appeared).
 func (ch *channel) kickConsumers() {
 	ch.mu.Lock()
-	qs := make([]*queue.Queue, 0, len(ch.consumers))
+	qs := make([]*queue.Classic, 0, len(ch.consumers))
 	for _, cs := range ch.consumers {
 		if cs.entry != nil && cs.entry.q != nil {
 			qs = append(qs, cs.entry.q)
@@ -740,7 +740,7 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 	}
 	switch {
 	case a.kind == 80:
-		ch.idBuf = forEachQueue(entries, ch.idBuf, (*queue.Queue).Settle)
+		ch.idBuf = forEachQueue(entries, ch.idBuf, (*queue.Classic).Settle)
 	default:
 		returnEntries(entries, a.requeue)
 	}

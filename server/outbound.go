@@ -48,7 +48,7 @@ type outbound struct {
 	failed   bool
 	running  bool // a writer goroutine is active
 	writing  bool // a write (the writer goroutine's or an inline one) is under way
-	blocked  map[*queue.Queue]struct{}
+	blocked  map[*queue.Classic]struct{}
 	waiters  []chan struct{} // closed once the buffer drains below lowWater
 	pending  atomic.Int64    // len(buf) plus the bytes being written
 	lastSend atomic.Int64    // unix nanos of the last write, for heartbeats
@@ -232,10 +232,10 @@ func (o *outbound) full() bool { return o.pending.Load() > highWater }
 
 // block records a queue that skipped this connection because it was full; it is kicked once the
 // writer drains.
-func (o *outbound) block(q *queue.Queue) {
+func (o *outbound) block(q *queue.Classic) {
 	o.mu.Lock()
 	if o.blocked == nil {
-		o.blocked = make(map[*queue.Queue]struct{})
+		o.blocked = make(map[*queue.Classic]struct{})
 	}
 	o.blocked[q] = struct{}{}
 	o.mu.Unlock()
@@ -332,7 +332,7 @@ func (o *outbound) write(b []byte) error {
 		o.spare = b[:0]
 	}
 	o.pending.Store(int64(len(o.buf)))
-	var wake []*queue.Queue
+	var wake []*queue.Classic
 	if len(o.buf) < lowWater || err != nil {
 		for q := range o.blocked {
 			wake = append(wake, q)

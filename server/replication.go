@@ -378,7 +378,7 @@ func (r *groupReplicator) IsLeader() bool {
 }
 
 // queueFSM runs a quorum queue's state machine as its group's raft.FSM.
-type queueFSM struct{ q *queue.Queue }
+type queueFSM struct{ q *queue.Classic }
 
 func (f *queueFSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
@@ -435,7 +435,7 @@ func (s *Server) openQuorum(v *vhost, name string, args amqp.Table, st queueSett
 }
 
 // reapConsumers returns the messages of consumers on nodes that are down (run by a queue's leader).
-func (s *Server) reapConsumers(q *queue.Queue) {
+func (s *Server) reapConsumers(q *queue.Classic) {
 	up := make(map[uint16]bool)
 	for _, m := range s.node.Members() {
 		if s.node.PeerUp(m.ID) {

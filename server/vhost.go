@@ -29,7 +29,7 @@ type vhost struct {
 
 // queueEntry is a declared queue plus what the server needs to know about it.
 type queueEntry struct {
-	q        *queue.Queue // classic queue; nil for a stream
+	q        *queue.Classic // classic queue; nil for a stream
 	stream   *streamQueue // stream queue; nil for a classic queue
 	name     string
 	durable  bool

@@ -45,27 +45,27 @@ const DefaultPageWindow = 4096
 const pageWindowBytes = 8 << 20
 
 // Consumer receives deliveries from a Queue. The server implements it for basic.consume consumers.
-type Consumer interface {
+type ConsumerV1 interface {
 	// Reserve is called with the queue lock held, once before each message is assigned to this consumer.
 	// It is a try-acquire: true commits the assignment, false means the consumer cannot take anything now
 	// (its connection's outbound buffer is full, or its channel's global prefetch is used up). It must
 	// not block and must not call back into the queue.
-	Reserve(q *Queue) bool
+	Reserve(q *Classic) bool
 	// Deliver hands a checked-out message to the consumer. It is called by the queue's dispatcher
 	// goroutine with no queue lock held, in checkout order. It must not block on network I/O.
-	Deliver(q *Queue, d Delivery)
+	Deliver(q *Classic, d Delivery)
 }
 
 // Hooks are the server's side of a queue's lifecycle. They are called with no queue lock held, from
 // the dispatcher or from whichever goroutine caused the event; they must not wait for the queue's
 // dispatcher to stop (queue deletion has to happen elsewhere).
-type Hooks interface {
+type HooksV1 interface {
 	// DeadLetter receives messages that left the queue for a dead-lettering reason, bodies loaded.
-	DeadLetter(q *Queue, dead []Dead)
+	DeadLetter(q *Classic, dead []Dead)
 	// ConsumerTimedOut reports a consumer holding an unacked message longer than its timeout.
-	ConsumerTimedOut(q *Queue, c Consumer)
+	ConsumerTimedOut(q *Classic, c ConsumerV1)
 	// Expired reports a queue unused for longer than its x-expires.
-	Expired(q *Queue)
+	Expired(q *Classic)
 }
 
 // Options describe a queue as declared.
@@ -89,18 +89,18 @@ type Options struct {
 	Expires int64
 	// ConsumerTimeout is how long (ms) a consumer may hold an unacked message; <= 0 = never.
 	ConsumerTimeout int64
-	Hooks           Hooks
+	Hooks           HooksV1
 }
 
-// Queue is a classic queue: the pure Machine behind a mutex, plus one dispatcher goroutine that hands
+// Classic is a classic queue: the pure Machine behind a mutex, plus one dispatcher goroutine that hands
 // ready messages to consumers with room and runs the timers (TTL, consumer timeout, x-expires).
 // Publishing runs on the publisher's goroutine.
-type Queue struct {
+type Classic struct {
 	Options
 
 	mu        sync.Mutex
 	m         *Machine
-	consumers map[ConsumerID]Consumer
+	consumers map[ConsumerID]ConsumerV1
 	// exclusiveConsumer is set while a basic.consume exclusive=true consumer holds the queue.
 	exclusiveConsumer ConsumerID
 	hadConsumers      bool
@@ -120,7 +120,7 @@ type Queue struct {
 	// targets are the buffers of that work.
 	dmu     sync.Mutex
 	ds      []Delivery
-	targets []Consumer
+	targets []ConsumerV1
 
 	// pending holds bodies of paged messages whose record is not yet committed.
 	pmu     sync.Mutex
@@ -130,7 +130,7 @@ type Queue struct {
 }
 
 // New creates a queue and starts its dispatcher. Close stops it.
-func New(opts Options) *Queue {
+func New(opts Options) *Classic {
 	q := newQueue(opts)
 	q.reserveFn = q.reserve
 	q.timeoutFn = func(ConsumerID) int64 { return q.ConsumerTimeout }
@@ -142,15 +142,15 @@ func New(opts Options) *Queue {
 }
 
 // newQueue builds a queue without starting its dispatcher.
-func newQueue(opts Options) *Queue {
+func newQueue(opts Options) *Classic {
 	cfg := DefaultConfig()
 	if opts.Config != nil {
 		cfg = *opts.Config
 	}
-	q := &Queue{
+	q := &Classic{
 		Options:   opts,
 		m:         NewMachineConfig(cfg),
-		consumers: make(map[ConsumerID]Consumer),
+		consumers: make(map[ConsumerID]ConsumerV1),
 		kick:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -164,14 +164,14 @@ func newQueue(opts Options) *Queue {
 
 func nowMs() int64 { return time.Now().UnixMilli() }
 
-func (q *Queue) recordKey(flags uint8, id uint64) []byte {
+func (q *Classic) recordKey(flags uint8, id uint64) []byte {
 	if flags&flagStored != 0 {
 		return storage.MessageKey(q.ID, id)
 	}
 	return binary.BigEndian.AppendUint64(storage.U64Key(PrefixTransient, q.ID), id)
 }
 
-func (q *Queue) metaKey(id uint64) []byte {
+func (q *Classic) metaKey(id uint64) []byte {
 	return binary.BigEndian.AppendUint64(storage.QueueStateKey(q.ID, []byte{metaSuffix}), id)
 }
 
@@ -206,7 +206,7 @@ func ParseMeta(key, val []byte) (id uint64, meta RestoredMeta, ok bool) {
 
 // Restore adds a message recovered from storage at boot (its body stays on disk until delivered);
 // hasMeta says whether it has a side record.
-func (q *Queue) Restore(id uint64, meta RestoredMeta, hasMeta bool) {
+func (q *Classic) Restore(id uint64, meta RestoredMeta, hasMeta bool) {
 	flags := flagStored
 	if hasMeta {
 		flags |= flagMeta
@@ -220,7 +220,7 @@ func (q *Queue) Restore(id uint64, meta RestoredMeta, hasMeta bool) {
 }
 
 // load fills in the body of a paged-out message.
-func (q *Queue) load(id uint64, flags uint8) (*Message, uint32, bool) {
+func (q *Classic) load(id uint64, flags uint8) (*Message, uint32, bool) {
 	q.pmu.Lock()
 	m := q.pending[id]
 	q.pmu.Unlock()
@@ -243,7 +243,7 @@ func (q *Queue) load(id uint64, flags uint8) (*Message, uint32, bool) {
 }
 
 // forget deletes the stored records of messages that left the queue.
-func (q *Queue) forget(ids []uint64, flags []uint8) {
+func (q *Classic) forget(ids []uint64, flags []uint8) {
 	var b *storage.Batch
 	for i, id := range ids {
 		b = q.forgetInto(b, id, flags[i])
@@ -252,7 +252,7 @@ func (q *Queue) forget(ids []uint64, flags []uint8) {
 }
 
 // forgetInto adds the deletes of one message's records to b (made on first need).
-func (q *Queue) forgetInto(b *storage.Batch, id uint64, flags uint8) *storage.Batch {
+func (q *Classic) forgetInto(b *storage.Batch, id uint64, flags uint8) *storage.Batch {
 	if q.DB == nil || flags == 0 {
 		return b
 	}
@@ -266,7 +266,7 @@ func (q *Queue) forgetInto(b *storage.Batch, id uint64, flags uint8) *storage.Ba
 	return b
 }
 
-func (q *Queue) commitForget(b *storage.Batch) {
+func (q *Classic) commitForget(b *storage.Batch) {
 	if b != nil && b.Len() > 0 {
 		q.DB.Commit(b, nil)
 	}
@@ -275,7 +275,7 @@ func (q *Queue) commitForget(b *storage.Batch) {
 // handleDead loads the bodies of dead messages, hands them to the dead-letter hook and then deletes
 // their records. The hook's republishing is submitted to storage first, so a crash in between can
 // duplicate a dead-lettered message but never lose it.
-func (q *Queue) handleDead(dead []Dead) {
+func (q *Classic) handleDead(dead []Dead) {
 	if len(dead) == 0 {
 		return
 	}
@@ -303,7 +303,7 @@ func (q *Queue) handleDead(dead []Dead) {
 }
 
 // reserve runs under q.mu (called from Machine.Checkout).
-func (q *Queue) reserve(id ConsumerID) bool {
+func (q *Classic) reserve(id ConsumerID) bool {
 	c, ok := q.consumers[id]
 	if !ok {
 		return false
@@ -312,7 +312,7 @@ func (q *Queue) reserve(id ConsumerID) bool {
 }
 
 // Kick wakes the dispatcher. It never blocks.
-func (q *Queue) Kick() {
+func (q *Classic) Kick() {
 	select {
 	case q.kick <- struct{}{}:
 	default:
@@ -322,7 +322,7 @@ func (q *Queue) Kick() {
 const checkoutBatch = 128
 
 // nextDeadline returns when the dispatcher must wake up by itself (q.mu held).
-func (q *Queue) nextDeadline() (int64, bool) {
+func (q *Classic) nextDeadline() (int64, bool) {
 	d, ok := q.m.NextExpiry()
 	if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
 		t, tok := q.m.NextTimeout(q.timeoutFn)
@@ -343,7 +343,7 @@ func (q *Queue) nextDeadline() (int64, bool) {
 	return d, ok
 }
 
-func (q *Queue) dispatch() {
+func (q *Classic) dispatch() {
 	defer close(q.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -386,7 +386,7 @@ func (q *Queue) dispatch() {
 
 // deliverReady checks out ready messages for consumers with room and hands them over: one batch,
 // or with all until no more can go. It reports true if the queue is closed. q.dmu is held.
-func (q *Queue) deliverReady(all bool) (closed bool) {
+func (q *Classic) deliverReady(all bool) (closed bool) {
 	for {
 		now := nowMs()
 		q.mu.Lock()
@@ -447,7 +447,7 @@ func (q *Queue) deliverReady(all bool) (closed bool) {
 
 // tick runs the timers: message expiry, consumer timeouts and x-expires. It reports false once the
 // queue is closed.
-func (q *Queue) tick() bool {
+func (q *Classic) tick() bool {
 	now := nowMs()
 	q.mu.Lock()
 	if q.closed {
@@ -455,7 +455,7 @@ func (q *Queue) tick() bool {
 		return false
 	}
 	dead := q.m.Expire(now)
-	var timedOut []Consumer
+	var timedOut []ConsumerV1
 	if q.ConsumerTimeout > 0 && len(q.consumers) > 0 {
 		for _, id := range q.m.TimedOut(now, q.timeoutFn) {
 			if c := q.consumers[id]; c != nil {
@@ -495,7 +495,7 @@ const (
 // durable queue, or paged out of a long queue), the write is submitted before the message becomes
 // visible, so a later ack's delete can never overtake it; done is then called once it is durable and
 // async is true. Otherwise done is not called.
-func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, async bool) {
+func (q *Classic) Publish(msg *Message, done func(error)) (status PublishStatus, async bool) {
 	if q.r != nil {
 		return q.rPublish(msg, done)
 	}
@@ -598,35 +598,24 @@ func (q *Queue) Publish(msg *Message, done func(error)) (status PublishStatus, a
 }
 
 // releaseFlow lets throttled publishers go once the queue is short again (q.mu held).
-func (q *Queue) releaseFlow() {
+func (q *Classic) releaseFlow() {
 	if q.flow != nil && (q.m.Ready() < flowLow || len(q.consumers) == 0 || q.closed) {
 		close(q.flow)
 		q.flow = nil
 	}
 }
 
-// consumeError is the error type of AddConsumer's refusals.
-type consumeError string
-
-func (e consumeError) Error() string { return string(e) }
-
-// ErrInExclusiveUse is returned by AddConsumer when an exclusive consumer holds the queue, or when an
-// exclusive consumer is requested while others exist.
-const ErrInExclusiveUse = consumeError("queue in exclusive use")
-
-// ErrQueueDeleted is returned when operating on a deleted queue.
-const ErrQueueDeleted = consumeError("queue deleted")
 
 // AddConsumer attaches a consumer. onAdded, if not nil, runs under the queue lock once the consumer is
 // accepted and before any delivery to it (the server sends basic.consume-ok from it).
-func (q *Queue) AddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdded func()) error {
+func (q *Classic) AddConsumer(spec ConsumerSpec, exclusive bool, c ConsumerV1, onAdded func()) error {
 	if q.r != nil {
 		return q.rAddConsumer(spec, exclusive, c, onAdded)
 	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return ErrQueueDeleted
+		return ErrGone
 	}
 	if q.exclusiveConsumer != 0 || (exclusive && len(q.consumers) > 0) {
 		q.mu.Unlock()
@@ -648,7 +637,7 @@ func (q *Queue) AddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdd
 
 // RemoveConsumer detaches a consumer; its unacked messages stay unacked. It reports whether the queue
 // should now be auto-deleted (auto-delete queue that had consumers and has none left).
-func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
+func (q *Classic) RemoveConsumer(id ConsumerID) (autoDelete bool) {
 	if q.r != nil {
 		return q.rRemoveConsumer(id)
 	}
@@ -671,7 +660,7 @@ func (q *Queue) RemoveConsumer(id ConsumerID) (autoDelete bool) {
 }
 
 // Touch marks the queue as used now (a redeclaration or basic.get), for x-expires.
-func (q *Queue) Touch() {
+func (q *Classic) Touch() {
 	q.mu.Lock()
 	q.lastUsed = nowMs()
 	q.mu.Unlock()
@@ -679,7 +668,7 @@ func (q *Queue) Touch() {
 }
 
 // Settle acknowledges messages.
-func (q *Queue) Settle(ids []uint64) {
+func (q *Classic) Settle(ids []uint64) {
 	if q.r != nil {
 		q.propose(idsCmd(cmdSettle, ids))
 		return
@@ -703,7 +692,7 @@ func (q *Queue) Settle(ids []uint64) {
 // Return requeues messages at their original positions; those over the delivery limit are
 // dead-lettered instead. A persistent message's new delivery count is stored, so the limit holds
 // across restarts.
-func (q *Queue) Return(ids []uint64) {
+func (q *Classic) Return(ids []uint64) {
 	if q.r != nil {
 		q.propose(idsCmd(cmdReturn, ids))
 		return
@@ -736,7 +725,7 @@ func (q *Queue) Return(ids []uint64) {
 }
 
 // Discard drops messages that were rejected without requeue (dead-lettering them).
-func (q *Queue) Discard(ids []uint64) {
+func (q *Classic) Discard(ids []uint64) {
 	if q.r != nil {
 		q.propose(idsCmd(cmdDiscard, ids))
 		return
@@ -757,7 +746,7 @@ func (q *Queue) Discard(ids []uint64) {
 }
 
 // Get implements basic.get. It returns the delivery, the number of messages still ready, and ok.
-func (q *Queue) Get(noAck bool) (Delivery, int, bool) {
+func (q *Classic) Get(noAck bool) (Delivery, int, bool) {
 	if q.r != nil {
 		d, n, ok, _ := q.rGet(noAck, 0)
 		return d, n, ok
@@ -801,7 +790,7 @@ func (q *Queue) Get(noAck bool) (Delivery, int, bool) {
 }
 
 // Purge removes ready messages and returns how many.
-func (q *Queue) Purge() int {
+func (q *Classic) Purge() int {
 	if q.r != nil {
 		n, _ := q.PurgeErr()
 		return n
@@ -822,7 +811,7 @@ func (q *Queue) Purge() int {
 }
 
 // Counts returns the number of ready messages and consumers.
-func (q *Queue) Counts() (ready, consumers int) {
+func (q *Classic) Counts() (ready, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.r != nil {
@@ -833,7 +822,7 @@ func (q *Queue) Counts() (ready, consumers int) {
 
 // Stats returns the numbers of ready and unacknowledged messages and of consumers (on every
 // node, for a replicated queue).
-func (q *Queue) Stats() (ready, unacked, consumers int) {
+func (q *Classic) Stats() (ready, unacked, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.r != nil {
@@ -844,7 +833,7 @@ func (q *Queue) Stats() (ready, unacked, consumers int) {
 
 // Close deletes the queue: it stops the dispatcher and returns the consumers that were attached, so the
 // caller can tell them (basic.cancel). It returns the number of ready messages dropped.
-func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {
+func (q *Classic) Close() (consumers map[ConsumerID]ConsumerV1, ready int) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -853,7 +842,7 @@ func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {
 	q.closed = true
 	q.releaseFlow()
 	consumers = q.consumers
-	q.consumers = map[ConsumerID]Consumer{}
+	q.consumers = map[ConsumerID]ConsumerV1{}
 	ready = q.m.Ready()
 	q.mu.Unlock()
 	close(q.quit)
@@ -862,7 +851,7 @@ func (q *Queue) Close() (consumers map[ConsumerID]Consumer, ready int) {
 }
 
 // Drop deletes the stored records of a deleted queue.
-func (q *Queue) Drop() {
+func (q *Classic) Drop() {
 	if q.DB == nil {
 		return
 	}

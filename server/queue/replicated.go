@@ -55,14 +55,6 @@ const replTimeout = 10 * time.Second
 // dedupeWindow is how many recent sequence numbers per producer Apply remembers.
 const dedupeWindow = 1 << 14
 
-// ErrNoQuorum is the error of operations a replicated queue could not commit.
-var ErrNoQuorum = errors.New("queue: no quorum (the queue has no leader)")
-
-// errRejected is what a publisher's done receives for a message refused by x-overflow.
-var errRejected = errors.New("queue: message rejected by the queue's length limit")
-
-// ErrRejected reports whether err means the queue refused the message (x-overflow reject-publish).
-func ErrRejected(err error) bool { return errors.Is(err, errRejected) }
 
 // seqWindow remembers which of a producer's recent sequence numbers were applied.
 type seqWindow struct {
@@ -119,7 +111,7 @@ type replState struct {
 // NewReplicated creates a replicated (quorum) queue driven by rep: every change is a command that
 // rep replicates and every replica applies with Apply. nodeTag and epoch are this node's tag and
 // this boot's epoch in consumer ids (see ConsumerNode).
-func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
+func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Classic {
 	var b [4]byte
 	rand.Read(b[:])
 	opts.DB = nil // bodies live in the Raft log and snapshots
@@ -148,7 +140,7 @@ func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 }
 
 // Replicated reports whether q is a replicated (quorum) queue.
-func (q *Queue) Replicated() bool { return q.r != nil }
+func (q *Classic) Replicated() bool { return q.r != nil }
 
 func appendMsg(dst []byte, m *Message) []byte {
 	dst = append(dst, m.Priority)
@@ -267,7 +259,7 @@ func idsCmd(kind byte, ids []uint64) []byte {
 
 // propose sends a command without waiting; failures are logged (the replicated state is unchanged,
 // so an ack that did not make it leaves the message unacked until its consumer goes away).
-func (q *Queue) propose(cmd []byte) {
+func (q *Classic) propose(cmd []byte) {
 	q.r.rep.Propose(cmd, func(_ []byte, err error) {
 		if err != nil {
 			q.Logger.Warn("quorum queue command not replicated", "queue", q.Name, "err", err)
@@ -276,7 +268,7 @@ func (q *Queue) propose(cmd []byte) {
 }
 
 // proposeWait sends a command and waits for the leader's answer.
-func (q *Queue) proposeWait(cmd []byte) ([]byte, error) {
+func (q *Classic) proposeWait(cmd []byte) ([]byte, error) {
 	type result struct {
 		resp []byte
 		err  error
@@ -288,8 +280,8 @@ func (q *Queue) proposeWait(cmd []byte) ([]byte, error) {
 }
 
 // rPublish is Publish for a replicated queue: done gets nil once the message is on a majority, or an
-// error (errRejected for a message refused by x-overflow).
-func (q *Queue) rPublish(msg *Message, done func(error)) (PublishStatus, bool) {
+// error (ErrRejected for a message refused by x-overflow).
+func (q *Classic) rPublish(msg *Message, done func(error)) (PublishStatus, bool) {
 	q.mu.Lock()
 	closed := q.closed
 	var throttle chan struct{}
@@ -313,7 +305,7 @@ func (q *Queue) rPublish(msg *Message, done func(error)) (PublishStatus, bool) {
 	r.rep.Propose(b, func(resp []byte, err error) {
 		<-r.slots
 		if err == nil && len(resp) == 1 && PublishStatus(resp[0]) == Rejected {
-			err = errRejected
+			err = ErrRejected
 		} else if err != nil {
 			err = fmt.Errorf("%w: %v", ErrNoQuorum, err)
 		}
@@ -335,11 +327,11 @@ func (q *Queue) rPublish(msg *Message, done func(error)) (PublishStatus, bool) {
 // rAddConsumer attaches a consumer through the log. The consumer is known locally before the
 // command is applied, so the deliveries the command produces find it; they are held back until
 // onAdded (basic.consume-ok) has run.
-func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAdded func()) error {
+func (q *Classic) rAddConsumer(spec ConsumerSpec, exclusive bool, c ConsumerV1, onAdded func()) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return ErrQueueDeleted
+		return ErrGone
 	}
 	q.consumers[spec.ID] = c
 	q.r.pending[spec.ID] = true
@@ -376,9 +368,9 @@ func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAd
 		}
 		if err == nil {
 			q.propose(q.removeCmd(spec.ID, true))
-			return ErrQueueDeleted
+			return ErrGone
 		}
-		if err != ErrInExclusiveUse {
+		if !errors.Is(err, ErrInExclusiveUse) {
 			q.propose(q.removeCmd(spec.ID, true)) // it may have been applied after all
 			return fmt.Errorf("%w: %v", ErrNoQuorum, err)
 		}
@@ -397,7 +389,7 @@ func (q *Queue) rAddConsumer(spec ConsumerSpec, exclusive bool, c Consumer, onAd
 }
 
 // removeCmd detaches a consumer; with giveBack its unacked messages also return to the queue.
-func (q *Queue) removeCmd(id ConsumerID, giveBack bool) []byte {
+func (q *Classic) removeCmd(id ConsumerID, giveBack bool) []byte {
 	b := cmdHeader(cmdRemoveConsumer, 20)
 	b = binary.BigEndian.AppendUint64(b, uint64(id))
 	b = append(b, boolByte(giveBack))
@@ -413,7 +405,7 @@ func boolByte(v bool) byte {
 
 // rRemoveConsumer detaches a local consumer; its unacked messages stay unacked (the channel returns
 // them). Replicated queues are never auto-deleted.
-func (q *Queue) rRemoveConsumer(id ConsumerID) bool {
+func (q *Classic) rRemoveConsumer(id ConsumerID) bool {
 	q.mu.Lock()
 	_, ok := q.consumers[id]
 	delete(q.consumers, id)
@@ -428,7 +420,7 @@ func (q *Queue) rRemoveConsumer(id ConsumerID) bool {
 // set), returning their unacked messages (and the node's unacked basic.get messages) to the queue.
 // The server proposes it for a node that went down, and for itself at boot (consumers of its
 // previous life).
-func (q *Queue) NodeReset(tag, keepEpoch uint16, all bool) {
+func (q *Classic) NodeReset(tag, keepEpoch uint16, all bool) {
 	if q.r == nil {
 		return
 	}
@@ -441,7 +433,7 @@ func (q *Queue) NodeReset(tag, keepEpoch uint16, all bool) {
 }
 
 // LocalConsumers returns the consumers attached to q through this node.
-func (q *Queue) LocalConsumers() map[ConsumerID]Consumer {
+func (q *Classic) LocalConsumers() map[ConsumerID]ConsumerV1 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return maps.Clone(q.consumers)
@@ -449,7 +441,7 @@ func (q *Queue) LocalConsumers() map[ConsumerID]Consumer {
 
 // ConsumerNodes lists the node tags of the consumers the replicated state knows (to find those of
 // nodes that are down).
-func (q *Queue) ConsumerNodes() []uint16 {
+func (q *Classic) ConsumerNodes() []uint16 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var tags []uint16
@@ -467,7 +459,7 @@ func (q *Queue) ConsumerNodes() []uint16 {
 }
 
 // rGet is basic.get through the log: the leader's answer carries the message.
-func (q *Queue) rGet(noAck bool, nodeTag uint16) (Delivery, int, bool, error) {
+func (q *Classic) rGet(noAck bool, nodeTag uint16) (Delivery, int, bool, error) {
 	b := cmdHeader(cmdGet, 16)
 	b = append(b, boolByte(noAck))
 	b = binary.BigEndian.AppendUint16(b, nodeTag)
@@ -492,7 +484,7 @@ func (q *Queue) rGet(noAck bool, nodeTag uint16) (Delivery, int, bool, error) {
 
 // GetFrom is Get for a replicated queue, saying which node asks (so that the node's unacked message
 // goes back if the node goes down).
-func (q *Queue) GetFrom(noAck bool, nodeTag uint16) (Delivery, int, bool, error) {
+func (q *Classic) GetFrom(noAck bool, nodeTag uint16) (Delivery, int, bool, error) {
 	if q.r == nil {
 		d, n, ok := q.Get(noAck)
 		return d, n, ok, nil
@@ -501,7 +493,7 @@ func (q *Queue) GetFrom(noAck bool, nodeTag uint16) (Delivery, int, bool, error)
 }
 
 // PurgeErr is Purge reporting a replication failure.
-func (q *Queue) PurgeErr() (int, error) {
+func (q *Classic) PurgeErr() (int, error) {
 	if q.r == nil {
 		return q.Purge(), nil
 	}
@@ -518,7 +510,7 @@ var alwaysReserve = func(ConsumerID) bool { return true }
 // Apply applies one replicated command; every replica applies the same commands in the same order.
 // index is the command's position in the log (commands at or below the last applied one are
 // skipped). It returns the response the proposer receives.
-func (q *Queue) Apply(index uint64, cmd []byte) []byte {
+func (q *Classic) Apply(index uint64, cmd []byte) []byte {
 	if len(cmd) < 2 || cmd[0] != replVersion {
 		q.Logger.Error("quorum queue: unknown command version; skipped", "queue", q.Name, "index", index)
 		return nil
@@ -729,7 +721,7 @@ func (q *Queue) Apply(index uint64, cmd []byte) []byte {
 
 // rCheckout hands ready messages to consumers with credit (q.mu held). The choice depends only on the
 // replicated state, so every replica makes the same; each node delivers to its own consumers.
-func (q *Queue) rCheckout(now int64) []Dead {
+func (q *Classic) rCheckout(now int64) []Dead {
 	var all []Dead
 	var ds []Delivery
 	for {
@@ -768,12 +760,12 @@ func (q *Queue) rCheckout(now int64) []Dead {
 
 // rdispatch hands the deliveries Apply produced for local consumers to them, and on the leader turns
 // due deadlines into Tick commands.
-func (q *Queue) rdispatch() {
+func (q *Classic) rdispatch() {
 	defer close(q.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var out []Delivery
-	var targets []Consumer
+	var targets []ConsumerV1
 	var ticking atomic.Bool
 	for {
 		leader := q.r.rep.IsLeader()
@@ -849,9 +841,9 @@ func (q *Queue) rdispatch() {
 
 // timeOutConsumers reports this node's consumers that held a delivery too long to the hooks (which
 // cancel them and return their messages).
-func (q *Queue) timeOutConsumers(now int64) {
+func (q *Classic) timeOutConsumers(now int64) {
 	q.mu.Lock()
-	var late []Consumer
+	var late []ConsumerV1
 	for _, id := range q.m.TimedOut(now, q.timeoutFn) {
 		if c := q.consumers[id]; c != nil {
 			late = append(late, c)
@@ -867,7 +859,7 @@ func (q *Queue) timeOutConsumers(now int64) {
 
 // Snapshot returns the replicated state: the machine and the dedupe and basic.get records. It must
 // be called between two Applies (Raft's FSM goroutine does so).
-func (q *Queue) Snapshot() []byte {
+func (q *Classic) Snapshot() []byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	b := []byte{replVersion}
@@ -906,7 +898,7 @@ func (q *Queue) Snapshot() []byte {
 }
 
 // RestoreSnapshot replaces the replicated state with a snapshot's.
-func (q *Queue) RestoreSnapshot(snap []byte) error {
+func (q *Classic) RestoreSnapshot(snap []byte) error {
 	d := rdec{b: snap}
 	if d.byte() != replVersion {
 		return errors.New("queue: unknown replicated snapshot version")

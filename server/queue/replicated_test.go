@@ -14,7 +14,7 @@ import (
 // side of a Raft group without the network.
 type loopRep struct {
 	mu       sync.Mutex
-	replicas []*Queue
+	replicas []*Classic
 	index    uint64
 }
 
@@ -39,8 +39,8 @@ type recConsumer struct {
 	ds []Delivery
 }
 
-func (c *recConsumer) Reserve(*Queue) bool { return true }
-func (c *recConsumer) Deliver(_ *Queue, d Delivery) {
+func (c *recConsumer) Reserve(*Classic) bool { return true }
+func (c *recConsumer) Deliver(_ *Classic, d Delivery) {
 	c.mu.Lock()
 	c.ds = append(c.ds, d)
 	c.mu.Unlock()
@@ -67,7 +67,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func publishWait(t *testing.T, q *Queue, body string) {
+func publishWait(t *testing.T, q *Classic, body string) {
 	t.Helper()
 	errc := make(chan error, 1)
 	q.Publish(&Message{Body: []byte(body), Persistent: true}, func(err error) { errc <- err })
@@ -78,7 +78,7 @@ func publishWait(t *testing.T, q *Queue, body string) {
 
 func TestReplicatedReplicasAgree(t *testing.T) {
 	rep := &loopRep{}
-	var qs []*Queue
+	var qs []*Classic
 	for tag := uint16(1); tag <= 3; tag++ {
 		cfg := DefaultConfig()
 		cfg.DeliveryLimit = 5
@@ -166,7 +166,7 @@ func TestReplicatedDecodeNeverPanics(t *testing.T) {
 // heldRep queues proposals until flush applies them, so a test can order commands.
 type heldRep struct {
 	mu       sync.Mutex
-	replicas []*Queue
+	replicas []*Classic
 	index    uint64
 	queued   [][]byte
 	dones    []func([]byte, error)
@@ -209,7 +209,7 @@ func TestReplicatedOrphanedDeliveryGoesBack(t *testing.T) {
 	q2 := NewReplicated(Options{Name: "qq"}, rep, 2, 7)
 	defer q1.Close()
 	defer q2.Close()
-	rep.replicas = []*Queue{q1, q2}
+	rep.replicas = []*Classic{q1, q2}
 	cid := ConsumerID(2<<48 | 7<<32 | 1)
 	added := make(chan error, 1)
 	go func() { added <- q2.AddConsumer(ConsumerSpec{ID: cid, Prefetch: 10}, false, &recConsumer{}, nil) }()
@@ -222,7 +222,7 @@ func TestReplicatedOrphanedDeliveryGoesBack(t *testing.T) {
 	q1.Publish(&Message{Body: []byte("m")}, nil)
 	q2.RemoveConsumer(cid)
 	rep.flush()
-	for _, q := range []*Queue{q1, q2} {
+	for _, q := range []*Classic{q1, q2} {
 		if ready, consumers := q.Counts(); ready != 1 || consumers != 0 {
 			t.Fatalf("counts = %d ready, %d consumers; want the message back and no consumer", ready, consumers)
 		}
@@ -242,7 +242,7 @@ func TestReplicatedOrphanedDeliveryGoesBack(t *testing.T) {
 	q2.mu.Unlock()
 	q1.Publish(&Message{Body: []byte("m2")}, nil)
 	rep.flush()
-	for _, q := range []*Queue{q1, q2} {
+	for _, q := range []*Classic{q1, q2} {
 		if ready, consumers := q.Counts(); ready != 2 || consumers != 0 {
 			t.Fatalf("after the stale consumer: %d ready, %d consumers; want 2 and 0", ready, consumers)
 		}
