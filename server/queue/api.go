@@ -128,6 +128,11 @@ type Consumer interface {
 	// whose assignment is decided by a replicated log (quorum) do not call it: they give their
 	// consumers credit that the consumer's node grants as its outbound drains.
 	Reserve(k Kicker) bool
+	// HasRoom reports whether the consumer's connection can take more deliveries now (its
+	// outbound buffer is under the high-water mark), without reserving anything; when it cannot,
+	// the consumer calls k.Kick() once it can. A quorum queue's node asks it before granting its
+	// consumer more credit in the replicated state.
+	HasRoom(k Kicker) bool
 	// Deliver hands one delivery to the consumer, in the queue's order for that consumer, with no
 	// queue lock held. It must not block on network I/O. It returns false if the consumer is gone
 	// (channel closed); the queue then takes the delivery back.
