@@ -177,3 +177,24 @@ func finish(dst []string, start int, dedup bool) []string {
 	}
 	return dst
 }
+
+// AppendKeys adds the routing keys of a CC or BCC header value (a string or an array of
+// strings, as RabbitMQ's sender-selected distribution takes them) to dst.
+func AppendKeys(dst []string, v any) []string {
+	switch v := v.(type) {
+	case []any:
+		for _, x := range v {
+			switch s := x.(type) {
+			case string:
+				dst = append(dst, s)
+			case []byte:
+				dst = append(dst, string(s))
+			}
+		}
+	case string:
+		dst = append(dst, v)
+	case []byte:
+		dst = append(dst, string(v))
+	}
+	return dst
+}

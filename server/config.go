@@ -33,6 +33,10 @@ type Config struct {
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
 
+	// Version is reported to clients (connection.start) and operators; cmd/warren sets it to the
+	// binary's version. Empty means DefaultVersion.
+	Version string
+
 	// NodeID names this node in its cluster (default "warren").
 	NodeID string
 	// ClusterListen is the TCP address of the cluster port (Raft and node-to-node traffic); empty

@@ -144,6 +144,21 @@ type Consumer interface {
 	Cancelled(q Queue, why CancelReason)
 }
 
+// DeclareCounter is implemented by queue types whose queue.declare-ok counts differ from their
+// Stats: RabbitMQ reports 0 messages and 0 consumers for a stream.
+type DeclareCounter interface {
+	DeclareCounts() (messages, consumers int)
+}
+
+// DeclareCounts returns what queue.declare-ok reports for q.
+func DeclareCounts(q Queue) (messages, consumers int) {
+	if dc, ok := q.(DeclareCounter); ok {
+		return dc.DeclareCounts()
+	}
+	st := q.Stats()
+	return st.Ready, st.Consumers
+}
+
 // Kicker is something that can be woken when a consumer has room again.
 type Kicker interface{ Kick() }
 

@@ -17,6 +17,9 @@ type Message struct {
 	// the message is dead-lettered with its original keys (as RabbitMQ). Not stored on disk.
 	BCC       []string
 	ExpiresAt int64 // absolute expiry from the per-message expiration property, Unix ms; 0 = none
+	// FilterValue is the x-stream-filter-value header, decoded once by the publishing session
+	// (streams index it; other queue types ignore it). Not stored by classic and quorum queues.
+	FilterValue string
 }
 
 // ConsumerID identifies a consumer within one queue. 0 is reserved for basic.get and must not be

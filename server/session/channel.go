@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"crypto/rand"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"warren/amqp"
+	"warren/server/core"
 	"warren/server/queue"
 )
 
@@ -44,8 +45,11 @@ type txAck struct {
 	requeue  bool
 }
 
-// channel is an AMQP channel. Reader-goroutine state is unguarded; fields under mu are shared with
-// queue dispatchers (deliveries) and with other connections (queue deletion cancelling consumers).
+// channel is an AMQP channel. Reader-goroutine state is unguarded; fields under mu are shared
+// with queue goroutines (deliveries, cancels) and with other connections (queue deletion).
+//
+// Lock order: mu -> outbound.mu; confirms.mu -> outbound.mu. No code holds mu while it calls
+// into a queue (queues call Deliver and Cancelled with none of their locks held).
 type channel struct {
 	c  *conn
 	id uint16
@@ -55,9 +59,7 @@ type channel struct {
 	gone         bool // closed by the client: no frame may follow close-ok
 	pub          pendingPublish
 	confirm      bool
-	publishSeq   uint64 // last publish sequence number handed out in confirm mode
-	confirmed    uint64 // highest sequence ready to be confirmed
-	acked        uint64 // highest sequence already confirmed to the client (confirmMu)
+	confirms     confirms
 	confirmDirty bool
 	tx           bool
 	txPubs       []*txPublish
@@ -66,22 +68,13 @@ type channel struct {
 	lastQueue    string
 	replyKey     string
 	routeNames   []string
-	routeQueues  []*queueEntry
+	routeQueues  []*core.Queue
+	settleBuf    []unackedEntry // reused by applySettle
+	tagBuf       []queue.Tag    // reused by applySettle
 
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.
 	globalLimit    atomic.Uint32
 	globalInflight atomic.Int64
-
-	asyncConfirms atomic.Int64 // confirms waiting for a commit callback
-	confirmMu     sync.Mutex   // guards acked and waiting between the reader and commit callbacks
-	// waiting lists the publishes whose confirm waits for a callback, in sequence order. Callbacks
-	// may finish out of order (quorum queues commit through Raft, other queues through storage), so a
-	// confirm goes out only when every earlier one has finished.
-	waiting []pendingConfirm
-
-	rejected  bool           // the publish being routed was refused by a queue (x-overflow reject-publish)
-	settleBuf []unackedEntry // reused by applySettle
-	idBuf     []uint64       // reused by applySettle
 
 	mu        sync.Mutex
 	revoked   map[uint64]struct{} // delivery tags taken back by a consumer timeout
@@ -96,31 +89,10 @@ type channel struct {
 	heldCancels []string
 }
 
-// pendingConfirm is a publish waiting for its queues' callbacks (see channel.waiting).
-type pendingConfirm struct {
-	seq  uint64
-	done bool
-	err  error
-}
-
 // txPublish is a publish buffered inside a transaction.
 type txPublish struct {
 	msg       *queue.Message
 	mandatory bool
-}
-
-// consumer is a basic.consume subscription; it implements queue.Consumer.
-type consumer struct {
-	ch        *channel
-	tag       string
-	id        queue.ConsumerID
-	entry     *queueEntry     // nil for the direct reply-to consumer
-	stream    *streamConsumer // set for a stream consumer
-	noAck     bool
-	cancelled bool // guarded by ch.mu
-	// perConsumerGlobal: the queue applies a global prefetch per consumer (replicated queues), so
-	// deliveries are not counted against the channel's global limit.
-	perConsumerGlobal bool
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -137,15 +109,19 @@ func (ch *channel) addConsumerLocked(tag string, cs *consumer) {
 }
 
 // closeWithError sends channel.close for a soft error and frees the channel's resources at once.
+// Confirms already due go out first: RabbitMQ acks the publishes that came before the one that
+// failed, then closes.
 func (ch *channel) closeWithError(e *amqp.Error) {
 	ch.c.log.Debug("closing channel", "channel", ch.id, "code", e.Code, "text", e.Text)
+	ch.confirms.flush(ch)
 	ch.release()
 	ch.closing = true
 	ch.c.out.sendMethod(ch.id, &amqp.ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
 }
 
-// release cancels the channel's consumers and requeues its unacked messages, as RabbitMQ does when a
-// channel closes. Consumers go first so the requeued messages are not handed straight back to them.
+// release cancels the channel's consumers and requeues its unacked messages, as RabbitMQ does
+// when a channel closes. Consumers go first so the requeued messages are not handed straight back
+// to them.
 func (ch *channel) release() {
 	ch.mu.Lock()
 	if ch.closed {
@@ -161,66 +137,51 @@ func (ch *channel) release() {
 	clear(ch.consumers)
 	entries := ch.unacked.takeAll(nil)
 	ch.mu.Unlock()
+	ch.confirms.close()
 
 	sort.Slice(cons, func(i, j int) bool { return cons[i].id < cons[j].id })
 	for _, cs := range cons {
 		ch.detach(cs)
 	}
-	returnEntries(entries, true)
+	settleEntries(entries, queue.SettleRequeue, nil)
 	ch.pub = pendingPublish{}
 	ch.txPubs, ch.txAcks = nil, nil
 	ch.routeQueues = nil
 }
 
-// detach removes a consumer from its queue (auto-deleting the queue if that was its last consumer).
+// detach removes a consumer from its queue, auto-deleting the queue if that was its last consumer.
 func (ch *channel) detach(cs *consumer) {
-	if cs.stream != nil {
-		cs.stream.detach()
-		return
-	}
-	if cs.entry == nil {
+	if cs.q == nil {
 		if ch.replyKey != "" {
 			ch.c.s.unregisterReplyTo(ch.replyKey)
 			ch.replyKey = ""
 		}
 		return
 	}
-	if cs.entry.q.RemoveConsumer(cs.id) {
-		ch.c.deleteQueue(cs.entry)
+	if cs.q.Cancel(cs.id) {
+		cs.q.AutoDeleteNow()
 	}
 }
 
-// returnEntries hands unacked deliveries back to their queues: requeue or discard.
-func returnEntries(entries []unackedEntry, requeue bool) {
-	forEachQueue(entries, nil, func(q *queue.Classic, ids []uint64) {
-		if requeue {
-			q.Return(ids)
-		} else {
-			q.Discard(ids)
-		}
-	})
-}
-
-// forEachQueue calls fn once per run of entries from the same queue, with their message ids
-// collected in scratch (reused between runs; fn must not keep it). Stream deliveries have no
-// queue and are skipped. It returns scratch for reuse.
-func forEachQueue(entries []unackedEntry, scratch []uint64, fn func(q *queue.Classic, ids []uint64)) []uint64 {
+// settleEntries settles unacked deliveries with op, one call per run of entries of the same
+// queue and consumer, with their tags collected in scratch (reused; returned). The first error
+// (a stream refusing a requeue) is returned.
+func settleEntries(entries []unackedEntry, op queue.SettleOp, scratch []queue.Tag) ([]queue.Tag, error) {
+	var first error
 	for i := 0; i < len(entries); {
-		q := entries[i].q
-		if q == nil {
-			i++
-			continue
-		}
+		q, cid := entries[i].q, entries[i].cid
 		scratch = scratch[:0]
-		for ; i < len(entries) && entries[i].q == q; i++ {
-			scratch = append(scratch, entries[i].id)
+		for ; i < len(entries) && entries[i].q == q && entries[i].cid == cid; i++ {
+			scratch = append(scratch, queue.Tag{ID: entries[i].id, Count: entries[i].count})
 		}
-		fn(q, scratch)
+		if err := q.Settle(cid, op, scratch); err != nil && first == nil {
+			first = err
+		}
 	}
-	return scratch
+	return scratch, first
 }
 
-// serverCancel removes a consumer whose queue was deleted and tells the client with basic.cancel.
+// serverCancel removes a consumer the server cancelled and tells the client with basic.cancel.
 func (ch *channel) serverCancel(cs *consumer) {
 	ch.mu.Lock()
 	if ch.closed || cs.cancelled {
@@ -266,42 +227,77 @@ func (ch *channel) holdServerCancels() (release func()) {
 	}
 }
 
-// Reserve implements queue.Consumer: it runs under the queue's lock.
-func (cs *consumer) Reserve(q *queue.Classic) bool {
-	ch := cs.ch
-	if ch.c.out.full() {
-		ch.c.out.block(q)
+// consumer is a basic.consume subscription; it implements queue.Consumer.
+type consumer struct {
+	ch        *channel
+	tag       string
+	id        queue.ConsumerID
+	q         *core.Queue // nil for the direct reply-to consumer
+	noAck     bool
+	cancelled bool // guarded by ch.mu
+	// reserved counts global-prefetch reservations Reserve made that no delivery took yet.
+	reserved atomic.Int64
+}
+
+// HasRoom implements queue.Consumer.
+func (cs *consumer) HasRoom(k queue.Kicker) bool {
+	o := cs.ch.c.out
+	if o.full() {
+		o.block(k)
 		return false
 	}
+	return true
+}
+
+// Reserve implements queue.Consumer: it runs under the queue's lock.
+func (cs *consumer) Reserve(k queue.Kicker) bool {
+	if !cs.HasRoom(k) {
+		return false
+	}
+	ch := cs.ch
 	if !cs.noAck {
 		if lim := ch.globalLimit.Load(); lim > 0 {
 			if ch.globalInflight.Add(1) > int64(lim) {
 				ch.globalInflight.Add(-1)
 				return false
 			}
+			cs.reserved.Add(1)
 		}
 	}
 	return true
 }
 
-// Deliver implements queue.Consumer: it runs on the queue's dispatcher goroutine.
-func (cs *consumer) Deliver(q *queue.Classic, d queue.Delivery) {
+// takeReservation reports whether a delivery is counted against the channel's global prefetch.
+func (cs *consumer) takeReservation() bool {
+	for {
+		n := cs.reserved.Load()
+		if n <= 0 {
+			return false
+		}
+		if cs.reserved.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// Deliver implements queue.Consumer: it runs on a queue's goroutine.
+func (cs *consumer) Deliver(q queue.Queue, d queue.Delivery) bool {
 	ch := cs.ch
+	global := cs.takeReservation()
 	ch.mu.Lock()
 	if ch.closed || cs.cancelled {
 		ch.mu.Unlock()
-		if !cs.noAck {
-			if !cs.perConsumerGlobal && ch.globalLimit.Load() > 0 {
-				ch.globalInflight.Add(-1)
-			}
-			q.Return([]uint64{d.ID})
+		if global {
+			ch.globalInflight.Add(-1)
 		}
-		return
+		return false
 	}
 	ch.nextTag++
 	tag := ch.nextTag
-	if !cs.noAck {
-		ch.unacked.push(unackedEntry{tag: tag, q: q, id: d.ID, cons: cs, global: !cs.perConsumerGlobal && ch.globalLimit.Load() > 0})
+	if !cs.noAck && !d.Settled {
+		ch.unacked.push(unackedEntry{tag: tag, q: q, cid: cs.id, id: d.ID, count: d.DeliveryCount, cons: cs, global: global})
+	} else if global {
+		ch.globalInflight.Add(-1)
 	}
 	msg := d.Msg
 	if d.DeliveryCount > 0 {
@@ -309,6 +305,47 @@ func (cs *consumer) Deliver(q *queue.Classic, d queue.Delivery) {
 	}
 	ch.writeDelivery(cs.tag, tag, d.Redelivered, msg)
 	ch.mu.Unlock()
+	return true
+}
+
+// Cancelled implements queue.Consumer.
+func (cs *consumer) Cancelled(q queue.Queue, why queue.CancelReason) {
+	if why == queue.CancelTimeout {
+		cs.ch.timeoutConsumer(cs)
+		return
+	}
+	cs.ch.serverCancel(cs)
+}
+
+// timeoutConsumer cancels a consumer after a delivery timeout: the client gets basic.cancel (when
+// it supports it), the consumer's unacked messages go back to the queue, and acks for their old
+// delivery tags are ignored rather than failing the channel. It runs on the queue's goroutine.
+func (ch *channel) timeoutConsumer(cs *consumer) {
+	ch.mu.Lock()
+	if ch.closed || cs.cancelled {
+		ch.mu.Unlock()
+		return
+	}
+	cs.cancelled = true
+	delete(ch.consumers, cs.tag)
+	entries := ch.unacked.takeConsumer(nil, cs)
+	for _, e := range entries {
+		if ch.revoked == nil {
+			ch.revoked = make(map[uint64]struct{})
+		}
+		ch.revoked[e.tag] = struct{}{}
+	}
+	if ch.c.capCancelNotify {
+		ch.c.out.sendMethod(ch.id, &amqp.BasicCancel{ConsumerTag: cs.tag, NoWait: true})
+	}
+	ch.mu.Unlock()
+	ch.c.log.Warn("consumer cancelled: delivery not acknowledged in time", "channel", ch.id, "consumer", cs.tag,
+		"queue", cs.q.Name(), "requeued", len(entries))
+	ch.releaseGlobal(entries)
+	if cs.q.Cancel(cs.id) {
+		cs.q.DeleteLater()
+	}
+	settleEntries(entries, queue.SettleRequeue, nil)
 }
 
 // writeDelivery appends basic.deliver and the content frames.
@@ -326,7 +363,7 @@ func (ch *channel) writeDelivery(ctag string, tag uint64, redelivered bool, m *q
 // withDeliveryCount returns a copy of m whose headers carry x-delivery-count (redeliveries).
 func withDeliveryCount(m *queue.Message, count uint32) *queue.Message {
 	cp := *m
-	cp.Props = withHeader(m.Props, "x-delivery-count", int64(count))
+	cp.Props = amqp.WithHeader(m.Props, "x-delivery-count", int64(count))
 	return &cp
 }
 
@@ -340,11 +377,12 @@ func newName(prefix string) string {
 // unackedEntry is a delivery awaiting ack on this channel.
 type unackedEntry struct {
 	tag    uint64
-	q      *queue.Classic
-	id     uint64
-	cons   *consumer       // nil for basic.get
-	sc     *streamConsumer // stream delivery: id is the offset
-	global bool            // counted against the channel's global prefetch
+	q      queue.Queue
+	cid    queue.ConsumerID // 0 for basic.get
+	id     uint64           // message id (a stream delivery's offset)
+	count  uint32           // the message's delivery count at this delivery
+	cons   *consumer        // nil for basic.get
+	global bool             // counted against the channel's global prefetch
 	done   bool
 }
 
@@ -441,21 +479,5 @@ func (l *unackedList) compact() {
 		clear(l.entries[n:])
 		l.entries = l.entries[:n]
 		l.head = 0
-	}
-}
-
-// flushConfirm sends one basic.ack covering every publish confirmed since the last one.
-func (ch *channel) flushConfirm() {
-	ch.confirmMu.Lock()
-	defer ch.confirmMu.Unlock()
-	if ch.confirmed <= ch.acked {
-		return
-	}
-	multiple := ch.confirmed-ch.acked > 1
-	ch.acked = ch.confirmed
-	o := ch.c.out
-	if o.lockAppend() {
-		o.buf = amqp.AppendBasicAck(o.buf, ch.id, ch.confirmed, multiple)
-		o.unlockAppend()
 	}
 }

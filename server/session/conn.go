@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/server/core"
 )
 
 const (
@@ -32,7 +33,7 @@ type conn struct {
 	out *outbound
 	fr  *amqp.FrameReader
 
-	vhost      *vhost
+	vhost      *core.VHost
 	user       string
 	frameMax   uint32
 	channelMax uint16
@@ -50,7 +51,7 @@ type conn struct {
 	channels      map[uint16]*channel
 	closing       bool // we sent connection.close and wait for close-ok
 	confirmDirty  []*channel
-	exclusiveQs   map[*queueEntry]struct{}
+	exclusiveQs   map[*core.Queue]struct{}
 	readTimeout   time.Duration
 	forceDeadline atomic.Int64 // unix nanos; set by Shutdown to bound the wait for close-ok
 	forced        atomic.Bool
@@ -112,7 +113,11 @@ func (c *credit) release(n int64) {
 // waitWhileBlocked holds a publishing connection while a resource alarm is raised: it tells the
 // client with connection.blocked (if it asked for that) and stops reading until the alarm clears.
 func (c *conn) waitWhileBlocked() {
-	reason, cleared := c.s.alarms.blocked()
+	a := c.s.core.Alarms()
+	if a == nil {
+		return
+	}
+	reason, cleared := a.Blocked()
 	if reason == "" {
 		return
 	}
@@ -223,6 +228,8 @@ func (c *conn) serve() {
 	}
 	c.connectedAt = time.Now()
 	c.open.Store(true)
+	c.s.core.RegisterConn(c)
+	defer c.s.core.UnregisterConn(c)
 	if c.forced.Load() {
 		c.closeWithError(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
 		return
@@ -248,7 +255,7 @@ func (c *conn) handshake() error {
 		VersionMinor: 9,
 		ServerProperties: amqp.Table{
 			"product":      "Warren",
-			"version":      Version,
+			"version":      c.s.cfg.Version,
 			"platform":     "Go",
 			"copyright":    "Copyright (c) the Warren authors",
 			"information":  "Licensed under the Apache License 2.0",
@@ -285,7 +292,7 @@ func (c *conn) handshake() error {
 		}
 		return amqp.Errorf(amqp.SyntaxError, "%v", err)
 	}
-	if err := c.s.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
+	if err := c.s.cfg.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
 		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism)
 		if c.capAuthFailure {
 			return amqp.Errorf(amqp.AccessRefused,
@@ -344,7 +351,7 @@ func (c *conn) handshake() error {
 	if !ok {
 		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.open', got '%s'", m.Name())
 	}
-	v := c.s.vhosts[op.VirtualHost]
+	v := c.s.core.VHost(op.VirtualHost)
 	if v == nil {
 		return &amqp.Error{Code: amqp.NotAllowed, Text: fmt.Sprintf("NOT_ALLOWED - vhost %s not found", op.VirtualHost),
 			ClassID: amqp.ClassConnection, MethodID: 40}
@@ -356,7 +363,7 @@ func (c *conn) handshake() error {
 		c.readTimeout = 0
 	}
 	c.out.sendMethod(0, &amqp.ConnectionOpenOk{})
-	c.log.Debug("connection open", "user", c.user, "vhost", v.name, "heartbeat", c.heartbeat, "frame_max", c.frameMax)
+	c.log.Debug("connection open", "user", c.user, "vhost", v.Name(), "heartbeat", c.heartbeat, "frame_max", c.frameMax)
 	return nil
 }
 
@@ -720,21 +727,45 @@ func (c *conn) releaseChannels() {
 // cleanup runs when the reader exits: channels, exclusive queues.
 func (c *conn) cleanup() {
 	c.releaseChannels()
-	for e := range c.exclusiveQs {
-		c.deleteQueue(e)
+	for q := range c.exclusiveQs {
+		c.deleteExclusive(q)
 	}
 	clear(c.exclusiveQs)
 }
 
-// deleteQueue deletes a queue and tells its consumers.
-func (c *conn) deleteQueue(e *queueEntry) int {
-	n := c.vhost.deleteQueue(e)
-	if e.owner != nil {
-		delete(e.owner.exclusiveQs, e) // only ever called on the owner's reader goroutine
-	} else if e.durable {
-		if err := c.vhost.syncMeta(); err != nil {
-			c.log.Error("cannot store metadata", "err", err)
-		}
+// deleteExclusive deletes one of the connection's exclusive queues as it closes.
+func (c *conn) deleteExclusive(q *core.Queue) {
+	if _, err := c.vhost.DeleteQueue(context.Background(), q, false, false, c); err != nil {
+		c.log.Warn("cannot delete an exclusive queue", "queue", q.Name(), "err", err.Text)
 	}
-	return n
+}
+
+// Info implements core.ClientConn. The handshake's fields no longer change once the connection is
+// registered.
+func (c *conn) Info() core.ConnectionInfo {
+	peer, local := c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()
+	state := "running"
+	if c.forced.Load() {
+		state = "closing"
+	}
+	return core.ConnectionInfo{
+		Name:             peer + " -> " + local,
+		Protocol:         "AMQP 0-9-1",
+		State:            state,
+		Peer:             peer,
+		Local:            local,
+		User:             c.user,
+		VHost:            c.vhost.Name(),
+		ClientProperties: c.clientProps,
+		Channels:         int(c.nChannels.Load()),
+		ChannelMax:       c.channelMax,
+		FrameMax:         c.frameMax,
+		Heartbeat:        c.heartbeat,
+		ConnectedAt:      c.connectedAt,
+	}
+}
+
+// ForceClose implements core.ClientConn: connection.close with code and text, from any goroutine.
+func (c *conn) ForceClose(code uint16, text string) {
+	c.forceClose(amqp.Errorf(code, "%s", text))
 }

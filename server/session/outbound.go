@@ -1,4 +1,4 @@
-package server
+package session
 
 import (
 	"errors"
@@ -41,17 +41,18 @@ type outbound struct {
 	raw      syscall.RawConn // nc's descriptor, for non-blocking inline writes; nil if it has none
 	frameMax uint32          // set once after tune, before any delivery
 
-	mu       sync.Mutex
-	buf      []byte
-	spare    []byte
-	closing  bool // no new frames; the writer exits once flushed
-	failed   bool
-	running  bool // a writer goroutine is active
-	writing  bool // a write (the writer goroutine's or an inline one) is under way
-	blocked  map[*queue.Classic]struct{}
-	waiters  []chan struct{} // closed once the buffer drains below lowWater
-	pending  atomic.Int64    // len(buf) plus the bytes being written
-	lastSend atomic.Int64    // unix nanos of the last write, for heartbeats
+	mu         sync.Mutex
+	buf        []byte
+	spare      []byte
+	closing    bool // no new frames; the writer exits once flushed
+	failed     bool
+	running    bool // a writer goroutine is active
+	writing    bool // a write (the writer goroutine's or an inline one) is under way
+	blocked    map[queue.Kicker]struct{}
+	waiters    []chan struct{} // closed once the buffer drains below lowWater
+	pending    atomic.Int64    // len(buf) plus the bytes being written (see writingLen)
+	writingLen int             // bytes taken out of buf by the write under way
+	lastSend   atomic.Int64    // unix nanos of the last write, for heartbeats
 
 	heartbeat time.Duration
 	hbTimer   *time.Timer
@@ -139,7 +140,7 @@ func (o *outbound) lockAppend() bool {
 
 // unlockAppend publishes what was appended and wakes the writer.
 func (o *outbound) unlockAppend() {
-	o.pending.Store(int64(len(o.buf)))
+	o.pending.Store(int64(len(o.buf) + o.writingLen))
 	o.mu.Unlock()
 	o.signal()
 }
@@ -148,7 +149,7 @@ func (o *outbound) unlockAppend() {
 // once (tryInline). Other output keeps to the writer goroutine, so that goroutines others wait
 // on (a quorum queue's Raft apply loop sending confirms, say) never spend time in a system call.
 func (o *outbound) unlockAppendDelivery() {
-	o.pending.Store(int64(len(o.buf)))
+	o.pending.Store(int64(len(o.buf) + o.writingLen))
 	if o.tryInline() {
 		return
 	}
@@ -171,6 +172,7 @@ func (o *outbound) tryInline() bool {
 	o.buf = o.spare[:0]
 	o.spare = nil
 	o.writing = true
+	o.writingLen = len(b)
 	o.mu.Unlock()
 
 	n := 0
@@ -193,6 +195,7 @@ func (o *outbound) tryInline() bool {
 
 	o.mu.Lock()
 	o.writing = false
+	o.writingLen = 0
 	if n < len(b) {
 		// Put the unwritten rest in front of whatever was appended meanwhile.
 		rest := append(append(make([]byte, 0, len(b)-n+len(o.buf)), b[n:]...), o.buf...)
@@ -200,7 +203,7 @@ func (o *outbound) tryInline() bool {
 	} else if cap(b) <= spareMax && o.spare == nil {
 		o.spare = b[:0]
 	}
-	o.pending.Store(int64(len(o.buf)))
+	o.pending.Store(int64(len(o.buf) + o.writingLen))
 	wake := len(o.buf) > 0 || o.closing // a finishing writer waits for this write to end
 	o.mu.Unlock()
 	if wake {
@@ -230,14 +233,14 @@ func (o *outbound) sendFinal(channel uint16, m amqp.Method) {
 // full reports whether the connection is over its outbound high-water mark.
 func (o *outbound) full() bool { return o.pending.Load() > highWater }
 
-// block records a queue that skipped this connection because it was full; it is kicked once the
-// writer drains.
-func (o *outbound) block(q *queue.Classic) {
+// block records something (a queue, a stream cursor) that skipped this connection because it was
+// full; it is kicked once the writer drains.
+func (o *outbound) block(k queue.Kicker) {
 	o.mu.Lock()
 	if o.blocked == nil {
-		o.blocked = make(map[*queue.Classic]struct{})
+		o.blocked = make(map[queue.Kicker]struct{})
 	}
-	o.blocked[q] = struct{}{}
+	o.blocked[k] = struct{}{}
 	o.mu.Unlock()
 }
 
@@ -245,7 +248,7 @@ func (o *outbound) block(q *queue.Classic) {
 func (o *outbound) drained() <-chan struct{} {
 	c := make(chan struct{})
 	o.mu.Lock()
-	if len(o.buf) < lowWater || o.failed || o.closing {
+	if len(o.buf)+o.writingLen < lowWater || o.failed || o.closing {
 		o.mu.Unlock()
 		close(c)
 		return c
@@ -310,6 +313,8 @@ func (o *outbound) run() {
 		o.buf = o.spare[:0]
 		o.spare = nil
 		o.writing = true
+		o.writingLen = len(b)
+		o.pending.Store(int64(len(o.buf) + o.writingLen))
 		o.mu.Unlock()
 		if err := o.write(b); err != nil {
 			o.mu.Lock()
@@ -328,11 +333,12 @@ func (o *outbound) write(b []byte) error {
 
 	o.mu.Lock()
 	o.writing = false
+	o.writingLen = 0
 	if cap(b) <= spareMax {
 		o.spare = b[:0]
 	}
-	o.pending.Store(int64(len(o.buf)))
-	var wake []*queue.Classic
+	o.pending.Store(int64(len(o.buf) + o.writingLen))
+	var wake []queue.Kicker
 	if len(o.buf) < lowWater || err != nil {
 		for q := range o.blocked {
 			wake = append(wake, q)

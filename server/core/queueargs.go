@@ -1,11 +1,11 @@
-package server
+package core
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"warren/amqp"
+	"warren/server/queue"
 	"warren/stream"
 )
 
@@ -28,7 +28,7 @@ func boolText(b bool) string {
 }
 
 // checkQueueEquivalence compares a redeclaration with the existing queue, with RabbitMQ's texts.
-func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *amqp.Error {
+func checkQueueEquivalence(e *Queue, m QueueDecl, vhost string) *amqp.Error {
 	ineq := func(arg string, received, current bool) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg '%s' for queue '%s' in vhost '%s': received '%s' but current is '%s'",
 			arg, e.name, vhost, boolText(received), boolText(current))
@@ -39,13 +39,13 @@ func checkQueueEquivalence(e *queueEntry, m *amqp.QueueDeclare, vhost string) *a
 	if m.Exclusive != (e.owner != nil) {
 		return &amqp.Error{Code: amqp.ResourceLocked}
 	}
-	if m.AutoDelete != e.autoDel {
-		return ineq("auto_delete", m.AutoDelete, e.autoDel)
+	if m.AutoDelete != e.autoDelete {
+		return ineq("auto_delete", m.AutoDelete, e.autoDelete)
 	}
 	for _, k := range equivalenceArgs() {
-		rv, rok := m.Arguments[k]
+		rv, rok := m.Args[k]
 		cv, cok := e.args[k]
-		if k == "x-queue-type" && e.stream == nil {
+		if k == "x-queue-type" && e.kind != "stream" {
 			// A missing type means the default (classic); RabbitMQ reports "none" against a stream.
 			if !rok {
 				rv, rok = "classic", true
@@ -311,12 +311,12 @@ const defaultQuorumDeliveryLimit = 20
 
 // checkStreamDeclare refuses what streams (and quorum queues: kind "rabbit_quorum_queue") cannot be,
 // with RabbitMQ's texts.
-func checkStreamDeclare(m *amqp.QueueDeclare, name, vhost string) *amqp.Error {
+func checkStreamDeclare(m QueueDecl, name, vhost string) *amqp.Error {
 	return checkReplicatedDeclare(m, name, vhost, "rabbit_stream_queue")
 }
 
-func checkReplicatedDeclare(m *amqp.QueueDeclare, name, vhost, kind string) *amqp.Error {
-	if kind == "rabbit_quorum_queue" && m.Queue != "" {
+func checkReplicatedDeclare(m QueueDecl, name, vhost, kind string) *amqp.Error {
+	if kind == "rabbit_quorum_queue" && !m.ServerNamed {
 		// RabbitMQ checks a quorum queue's properties in this order.
 		switch {
 		case m.AutoDelete:
@@ -326,7 +326,7 @@ func checkReplicatedDeclare(m *amqp.QueueDeclare, name, vhost, kind string) *amq
 		}
 	}
 	switch {
-	case m.Queue == "":
+	case m.ServerNamed:
 		return amqp.Errorf(amqp.PreconditionFailed, "Cannot declare a server-named queue for type %s", kind)
 	case !m.Durable:
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for queue '%s' in vhost '%s'", name, vhost)
@@ -341,38 +341,33 @@ func checkReplicatedDeclare(m *amqp.QueueDeclare, name, vhost, kind string) *amq
 // maxTTL is RabbitMQ's largest TTL or expiry: ten years in milliseconds.
 const maxTTL = 315360000000
 
-// parseExpiration reads a per-message expiration property (milliseconds as a decimal string), with
-// RabbitMQ's texts for bad values.
-func parseExpiration(s string) (int64, *amqp.Error) {
-	if s == "" {
-		return -1, nil
-	}
-	i := 0
-	neg := false
-	if s[0] == '-' || s[0] == '+' {
-		neg, i = s[0] == '-', 1
-	}
-	start := i
-	var n int64
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		if n <= maxTTL {
-			n = n*10 + int64(s[i]-'0')
-		}
-		i++
-	}
-	digits := strings.TrimLeft(s[start:i], "0")
-	if digits == "" {
-		digits = "0"
-	}
+// kind is the queue type the settings ask for, as x-queue-type names it.
+func (st queueSettings) kind() string {
 	switch {
-	case i == start:
-		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': no_integer", s)
-	case i < len(s):
-		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {leftover_string,\"%s\"}", s, s[i:])
-	case neg && n != 0:
-		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_negative,-%s}", s, digits)
-	case n > maxTTL:
-		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': {value_too_large,%s}", s, digits)
+	case st.stream:
+		return "stream"
+	case st.quorum:
+		return "quorum"
 	}
-	return n, nil
+	return "classic"
+}
+
+// lifecycle turns validated queue arguments into the queue machine's lifecycle configuration.
+func (st queueSettings) lifecycle() queue.Config {
+	cfg := queue.DefaultConfig()
+	cfg.MessageTTL = st.messageTTL
+	cfg.MaxLength = st.maxLength
+	cfg.MaxLengthBytes = st.maxLengthBytes
+	switch st.overflow {
+	case "reject-publish":
+		cfg.Overflow = queue.RejectPublish
+	case "reject-publish-dlx":
+		cfg.Overflow = queue.RejectPublishDLX
+	default:
+		cfg.Overflow = queue.DropHead
+	}
+	cfg.MaxPriority = st.maxPriority
+	cfg.DeliveryLimit = st.deliveryLimit
+	cfg.SingleActiveConsumer = st.singleActive
+	return cfg
 }

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"bufio"
@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// alarms watches memory use and free disk space. While either alarm is raised, connections that
+// Alarms watches memory use and free disk space. While either alarm is raised, connections that
 // publish are blocked: they get connection.blocked (if they asked for it) and their sockets are not
 // read until the alarm clears, while consumers keep working. This is RabbitMQ's flow control.
-type alarms struct {
+type Alarms struct {
 	dataDir string
 	log     logger
 
@@ -36,8 +36,8 @@ type logger interface {
 	Info(msg string, args ...any)
 }
 
-func newAlarms(dataDir string, memLimit, diskLimit int64, log logger) *alarms {
-	a := &alarms{
+func NewAlarms(dataDir string, memLimit, diskLimit int64, log logger) *Alarms {
+	a := &Alarms{
 		dataDir:   dataDir,
 		log:       log,
 		memLimit:  memLimit,
@@ -52,7 +52,7 @@ func newAlarms(dataDir string, memLimit, diskLimit int64, log logger) *alarms {
 	return a
 }
 
-func (a *alarms) run() {
+func (a *Alarms) run() {
 	defer close(a.done)
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
@@ -66,13 +66,13 @@ func (a *alarms) run() {
 	}
 }
 
-func (a *alarms) stop() {
+func (a *Alarms) Stop() {
 	close(a.quit)
 	<-a.done
 }
 
 // check samples memory and disk and raises or clears the alarms.
-func (a *alarms) check() {
+func (a *Alarms) check() {
 	rss := readRSS()
 	var free int64 = -1
 	var st syscall.Statfs_t
@@ -109,9 +109,9 @@ func (a *alarms) check() {
 	}
 }
 
-// blocked returns a non-empty reason and a channel closed when publishing may resume, or "" if
+// Blocked returns a non-empty reason and a channel closed when publishing may resume, or "" if
 // no alarm is raised.
-func (a *alarms) blocked() (string, <-chan struct{}) {
+func (a *Alarms) Blocked() (string, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -125,8 +125,8 @@ func (a *alarms) blocked() (string, <-chan struct{}) {
 	return "", nil
 }
 
-// raised names the alarms raised now.
-func (a *alarms) raised() []string {
+// Raised names the alarms raised now.
+func (a *Alarms) Raised() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []string
@@ -139,8 +139,8 @@ func (a *alarms) raised() []string {
 	return out
 }
 
-// setLimits changes the thresholds (operators and tests) and re-evaluates at once.
-func (a *alarms) setLimits(memLimit, diskLimit int64) {
+// SetLimits changes the thresholds (operators and tests) and re-evaluates at once.
+func (a *Alarms) SetLimits(memLimit, diskLimit int64) {
 	a.mu.Lock()
 	a.memLimit, a.diskLimit = memLimit, diskLimit
 	a.mu.Unlock()
@@ -164,8 +164,8 @@ func readRSS() int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// totalMemory returns the machine's RAM in bytes from /proc/meminfo (0 if unknown).
-func totalMemory() int64 {
+// TotalMemory returns the machine's RAM in bytes from /proc/meminfo (0 if unknown).
+func TotalMemory() int64 {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 0

@@ -1,9 +1,12 @@
-package server
+package core
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/amqp"
+	"warren/exchange"
 	"warren/server/queue"
 )
 
@@ -17,7 +20,7 @@ func deadLetterMessage(msg *queue.Message, queueName string, reason queue.Reason
 	if err != nil {
 		props = amqp.Properties{}
 	}
-	keys := append([]string{msg.RoutingKey}, appendKeys(nil, props.Headers["CC"])...)
+	keys := append([]string{msg.RoutingKey}, exchange.AppendKeys(nil, props.Headers["CC"])...)
 	headers := amqp.Table{}
 	for k, v := range props.Headers {
 		headers[k] = v
@@ -117,27 +120,88 @@ func deadLetterCycle(props []byte, target string, reason queue.Reason) bool {
 	return seen
 }
 
-// withHeader returns raw properties with one header set to v, or removed when v is nil. The
-// original bytes are never modified (other queues may share them); undecodable properties come back
-// unchanged.
-func withHeader(raw []byte, name string, v any) []byte {
-	props, err := amqp.DecodeProperties(raw)
+// deadLetter republishes messages that died in src to its dead-letter exchange, as RabbitMQ does:
+// x-death updated, routed with the queue's x-dead-letter-routing-key or the message's own keys,
+// never back into a queue it already died in unless a client rejected it on the way. done, if
+// not nil, runs once every target queue reported its write (the first error, if any): a quorum
+// queue removes its dead-letter records only then.
+func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
+	st := src.settings
+	now := time.Now()
+	w := &fanout{done: done}
+	w.pending.Store(1) // held until every target has been handed its copy
+	for _, d := range dead {
+		if !st.hasDLX {
+			if d.Reason == queue.ReasonDeliveryLimit {
+				n := src.droppedDeliveryLimit.Add(1)
+				v.b.log.Warn("message over the delivery limit dropped: the queue has no dead-letter exchange",
+					"vhost", v.name, "queue", src.name, "delivery_count", d.DeliveryCount, "dropped_total", n)
+			}
+			continue
+		}
+		if _, ok := v.ex.Get(st.dlx); !ok {
+			v.b.log.Debug("dead-letter exchange missing; message dropped", "vhost", v.name, "queue", src.name, "dlx", st.dlx, "reason", d.Reason)
+			continue
+		}
+		msg, keys := deadLetterMessage(d.Msg, src.name, d.Reason, now)
+		keys = append(keys, d.Msg.BCC...) // routed with, but not recorded in x-death
+		if st.hasDLRK {
+			keys = []string{st.dlrk}
+			msg.Props = amqp.WithHeader(msg.Props, "CC", nil) // as RabbitMQ: the CC keys no longer apply
+		}
+		msg.Exchange = st.dlx
+		msg.RoutingKey = keys[0]
+		var headers amqp.Table
+		if props, err := amqp.DecodeProperties(msg.Props); err == nil {
+			headers = props.Headers
+		}
+		msg.FilterValue = FilterValue(headers)
+		targets, _, _ := v.Route(nil, nil, st.dlx, keys[0], keys[1:], headers)
+		for _, t := range targets {
+			if deadLetterCycle(msg.Props, t.name, d.Reason) {
+				v.b.log.Debug("dead-letter cycle: message dropped", "vhost", v.name, "queue", src.name, "target", t.name)
+				continue
+			}
+			w.pending.Add(1)
+			t.Publish(msg, w)
+		}
+	}
+	w.Done(nil)
+}
+
+// fanout collects the outcomes of one dead-lettering's target publishes.
+type fanout struct {
+	done    func(error)
+	pending atomic.Int32
+	mu      sync.Mutex
+	err     error
+}
+
+// Done implements queue.Done.
+func (w *fanout) Done(err error) {
 	if err != nil {
-		return raw
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
 	}
-	if _, ok := props.Headers[name]; !ok && v == nil {
-		return raw
+	if w.pending.Add(-1) != 0 || w.done == nil {
+		return
 	}
-	h := make(amqp.Table, len(props.Headers)+1)
-	for k, x := range props.Headers {
-		h[k] = x
+	w.mu.Lock()
+	err = w.err
+	w.mu.Unlock()
+	w.done(err)
+}
+
+// FilterValue is the x-stream-filter-value header of a publish (streams index it).
+func FilterValue(h amqp.Table) string {
+	switch v := h["x-stream-filter-value"].(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
 	}
-	if v == nil {
-		delete(h, name)
-	} else {
-		h[name] = v
-	}
-	props.Headers = h
-	props.Flags = 0
-	return props.Append(nil)
+	return ""
 }
