@@ -22,7 +22,9 @@ func (s *Server) Connections() []ConnectionInfo { return s.core.Connections() }
 // RabbitMQ's management plugin does: connection.close 320 CONNECTION_FORCED with reason, or
 // "Closed via management plugin" when reason is empty. It reports whether there was one to
 // close: a connection already closing is not.
-func (s *Server) CloseConnection(name, reason string) bool { return s.core.CloseConnection(name, reason) }
+func (s *Server) CloseConnection(name, reason string) bool {
+	return s.core.CloseConnection(name, reason)
+}
 
 // QueueInfo describes a declared queue.
 type QueueInfo struct {

@@ -605,7 +605,6 @@ func (q *Classic) releaseFlow() {
 	}
 }
 
-
 // AddConsumer attaches a consumer. onAdded, if not nil, runs under the queue lock once the consumer is
 // accepted and before any delivery to it (the server sends basic.consume-ok from it).
 func (q *Classic) AddConsumer(spec ConsumerSpec, exclusive bool, c ConsumerV1, onAdded func()) error {

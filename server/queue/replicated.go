@@ -55,7 +55,6 @@ const replTimeout = 10 * time.Second
 // dedupeWindow is how many recent sequence numbers per producer Apply remembers.
 const dedupeWindow = 1 << 14
 
-
 // seqWindow remembers which of a producer's recent sequence numbers were applied.
 type seqWindow struct {
 	max  uint64
