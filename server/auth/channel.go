@@ -40,6 +40,18 @@ type Channel struct {
 	impersonator bool
 	grant        *Grant
 	topics       map[string]*TopicGrant
+	// allowed remembers the last few checks that needed a regular expression and passed
+	// (RabbitMQ's channels keep such a list too): a channel publishing to one exchange
+	// matches its pattern once. Checks against ".*" skip both.
+	allowed [4]allowedCheck
+	next    uint8
+}
+
+// allowedCheck is one remembered successful check.
+type allowedCheck struct {
+	perm Perm
+	kind Kind
+	name string
 }
 
 // NewChannel returns the checker for a channel of user, tagged tags, in vhost. grant is the
@@ -83,8 +95,21 @@ func (c *Channel) Check(perm Perm, kind Kind, name string) error {
 	if kind == Exchange && name == "" {
 		name = DefaultExchangeName
 	}
-	if c.grant != nil && c.grant.Allows(perm, name) {
-		return nil
+	if c.grant != nil {
+		p := c.grant.pattern(perm)
+		if p != nil && p.all {
+			return nil
+		}
+		for _, a := range c.allowed {
+			if a.perm == perm && a.kind == kind && a.name == name && name != "" {
+				return nil
+			}
+		}
+		if p != nil && p.Match(name) {
+			c.allowed[c.next%uint8(len(c.allowed))] = allowedCheck{perm: perm, kind: kind, name: name}
+			c.next++
+			return nil
+		}
 	}
 	return amqp.Errorf(amqp.AccessRefused, "access to %s '%s' in vhost '%s' refused for user '%s'",
 		kind, name, c.vhost, c.user)

@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash"
 	"strings"
 )
 
@@ -45,15 +44,21 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 	return "", fmt.Errorf("%w: %q", ErrUnknownAlgorithm, name)
 }
 
-// newHash returns a fresh hash.Hash for a; a must be valid.
-func (a Algorithm) newHash() hash.Hash {
+// digest writes H(salt ++ password) into d and returns its length; a must be valid. A short
+// password is hashed from a buffer on the stack, so a login allocates nothing here.
+func (a Algorithm) digest(d *[sha512.Size]byte, salt []byte, password string) int {
+	var stack [128]byte
+	in := append(append(stack[:0], salt...), password...)
 	switch a {
 	case SHA512:
-		return sha512.New()
+		*d = sha512.Sum512(in)
+		return sha512.Size
 	case MD5:
-		return md5.New()
+		s := md5.Sum(in)
+		return copy(d[:], s[:])
 	default:
-		return sha256.New()
+		s := sha256.Sum256(in)
+		return copy(d[:], s[:])
 	}
 }
 
@@ -109,12 +114,11 @@ func HashPasswordWithSalt(alg Algorithm, salt [SaltSize]byte, password string) (
 	if _, err := ParseAlgorithm(string(alg)); err != nil {
 		return PasswordHash{}, err
 	}
-	h := alg.newHash()
-	h.Write(salt[:])
-	h.Write([]byte(password))
-	out := make([]byte, SaltSize, SaltSize+alg.size())
-	copy(out, salt[:])
-	return PasswordHash{Algorithm: alg, Salted: h.Sum(out)}, nil
+	var d [sha512.Size]byte
+	n := alg.digest(&d, salt[:], password)
+	out := make([]byte, 0, SaltSize+n)
+	out = append(append(out, salt[:]...), d[:n]...)
+	return PasswordHash{Algorithm: alg, Salted: out}, nil
 }
 
 // ParseDefinitionHash reads a user's `password_hash` and `hashing_algorithm` from a definitions
@@ -129,11 +133,25 @@ func ParseDefinitionHash(passwordHash, hashingAlgorithm, rabbitVersion string) (
 			return PasswordHash{}, err
 		}
 	}
-	b, err := base64.StdEncoding.DecodeString(passwordHash)
+	// Erlang's base64:decode skips white space but insists on padding; so does this.
+	b, err := base64.StdEncoding.DecodeString(stripBase64Space(passwordHash))
 	if err != nil {
 		return PasswordHash{}, fmt.Errorf("password_hash is not base64: %w", err)
 	}
 	return PasswordHash{Algorithm: alg, Salted: b}, nil
+}
+
+// stripBase64Space removes the white space Erlang's base64 decoder ignores.
+func stripBase64Space(s string) string {
+	if !strings.ContainsAny(s, " \t\r\n") {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // Encode returns the base64 text a definitions export carries as `password_hash`.
@@ -151,11 +169,9 @@ func (h PasswordHash) Verify(password string) bool {
 	if len(h.Salted) != SaltSize+h.Algorithm.size() {
 		return false
 	}
-	d := h.Algorithm.newHash()
-	d.Write(h.Salted[:SaltSize])
-	d.Write([]byte(password))
-	var buf [sha512.Size]byte
-	return subtle.ConstantTimeCompare(d.Sum(buf[:0]), h.Salted[SaltSize:]) == 1
+	var d [sha512.Size]byte
+	n := h.Algorithm.digest(&d, h.Salted[:SaltSize], password)
+	return subtle.ConstantTimeCompare(d[:n], h.Salted[SaltSize:]) == 1
 }
 
 // Cache remembers the last password check made for one client connection (an AMQP connection

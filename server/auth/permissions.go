@@ -119,15 +119,21 @@ func (g *Grant) Permission() Permission { return g.perm }
 // Allows reports whether the grant gives perm on a resource called name. Exchange names must
 // already have "" replaced by "amq.default" (Channel does this).
 func (g *Grant) Allows(perm Perm, name string) bool {
+	p := g.pattern(perm)
+	return p != nil && p.Match(name)
+}
+
+// pattern returns the pattern for perm, nil for an unknown Perm.
+func (g *Grant) pattern(perm Perm) *Pattern {
 	switch perm {
 	case Configure:
-		return g.configure.Match(name)
+		return g.configure
 	case Write:
-		return g.write.Match(name)
+		return g.write
 	case Read:
-		return g.read.Match(name)
+		return g.read
 	}
-	return false
+	return nil
 }
 
 // TopicPermission is a user's topic permission on one topic exchange in one vhost: regular

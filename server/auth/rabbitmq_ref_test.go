@@ -230,22 +230,34 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 		warren func(rmqText string) error
 	}{
 		{"exchange.declare with configure",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclare("c.new", "direct", false, true, false, false, noArgs) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclare("c.new", "direct", false, true, false, false, noArgs)
+			},
 			func(string) error { return w.ExchangeDeclare("c.new") }},
 		{"exchange.declare without configure",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclare("w.new", "direct", false, true, false, false, noArgs) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclare("w.new", "direct", false, true, false, false, noArgs)
+			},
 			func(string) error { return w.ExchangeDeclare("w.new") }},
 		{"exchange.declare passive needs nothing",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclarePassive("w.x", "direct", false, false, false, false, noArgs) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclarePassive("w.x", "direct", false, false, false, false, noArgs)
+			},
 			func(string) error { return nil }},
 		{"new exchange with alternate: read on it",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclare("c.ae1", "direct", false, true, false, false, ae("w.x")) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclare("c.ae1", "direct", false, true, false, false, ae("w.x"))
+			},
 			func(string) error { return firstErr(w.ExchangeDeclare("c.ae1"), w.AlternateExchange("c.ae1", "w.x")) }},
 		{"new exchange with alternate: write on the alternate",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclare("cr.ae2", "direct", false, true, false, false, ae("r.x")) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclare("cr.ae2", "direct", false, true, false, false, ae("r.x"))
+			},
 			func(string) error { return firstErr(w.ExchangeDeclare("cr.ae2"), w.AlternateExchange("cr.ae2", "r.x")) }},
 		{"new exchange with alternate: allowed",
-			func(ch *amqp091.Channel) error { return ch.ExchangeDeclare("cr.ae3", "direct", false, true, false, false, ae("w.x")) },
+			func(ch *amqp091.Channel) error {
+				return ch.ExchangeDeclare("cr.ae3", "direct", false, true, false, false, ae("w.x"))
+			},
 			func(string) error { return firstErr(w.ExchangeDeclare("cr.ae3"), w.AlternateExchange("cr.ae3", "w.x")) }},
 		{"exchange.delete without configure",
 			func(ch *amqp091.Channel) error { return ch.ExchangeDelete("w.x", false, false) },
@@ -254,16 +266,28 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 			func(ch *amqp091.Channel) error { return ch.ExchangeDelete("c.new", false, false) },
 			func(string) error { return w.ExchangeDelete("c.new") }},
 		{"queue.declare with configure",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("c.q2", false, true, false, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("c.q2", false, true, false, false, noArgs)
+				return err
+			},
 			func(string) error { return w.QueueDeclare("c.q2") }},
 		{"queue.declare without configure",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("w.q2", false, true, false, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("w.q2", false, true, false, false, noArgs)
+				return err
+			},
 			func(string) error { return w.QueueDeclare("w.q2") }},
 		{"exclusive queue.declare without configure",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("w.q3", false, true, true, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("w.q3", false, true, true, false, noArgs)
+				return err
+			},
 			func(string) error { return w.QueueDeclare("w.q3") }},
 		{"server-named queue is checked as amq.gen-*",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("", false, true, true, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("", false, true, true, false, noArgs)
+				return err
+			},
 			func(text string) error {
 				m := gen.FindStringSubmatch(text)
 				if m == nil {
@@ -272,22 +296,40 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 				return w.QueueDeclare(m[1])
 			}},
 		{"queue.declare passive needs nothing",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclarePassive("w.q", false, false, false, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclarePassive("w.q", false, false, false, false, noArgs)
+				return err
+			},
 			func(string) error { return nil }},
 		{"new queue with DLX: allowed",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("cr.dlx1", false, true, false, false, dlx("w.x")); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("cr.dlx1", false, true, false, false, dlx("w.x"))
+				return err
+			},
 			func(string) error { return firstErr(w.QueueDeclare("cr.dlx1"), w.DeadLetterExchange("cr.dlx1", "w.x")) }},
 		{"new queue with DLX: read on the queue",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("c.dlx2", false, true, false, false, dlx("w.x")); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("c.dlx2", false, true, false, false, dlx("w.x"))
+				return err
+			},
 			func(string) error { return firstErr(w.QueueDeclare("c.dlx2"), w.DeadLetterExchange("c.dlx2", "w.x")) }},
 		{"new queue with DLX: write on the DLX",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("cr.dlx3", false, true, false, false, dlx("r.x")); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("cr.dlx3", false, true, false, false, dlx("r.x"))
+				return err
+			},
 			func(string) error { return firstErr(w.QueueDeclare("cr.dlx3"), w.DeadLetterExchange("cr.dlx3", "r.x")) }},
 		{"new queue with the default exchange as DLX: write on amq.default",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("cr.dlx4", false, true, false, false, dlx("")); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("cr.dlx4", false, true, false, false, dlx(""))
+				return err
+			},
 			func(string) error { return firstErr(w.QueueDeclare("cr.dlx4"), w.DeadLetterExchange("cr.dlx4", "")) }},
 		{"existing queue with DLX: no DLX check",
-			func(ch *amqp091.Channel) error { _, err := ch.QueueDeclare("cr.dlx1", false, true, false, false, dlx("w.x")); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.QueueDeclare("cr.dlx1", false, true, false, false, dlx("w.x"))
+				return err
+			},
 			func(string) error { return w.QueueDeclare("cr.dlx1") }},
 		{"queue.delete without configure",
 			func(ch *amqp091.Channel) error { _, err := ch.QueueDelete("w.q", false, false, false); return err },
@@ -308,10 +350,16 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 			func(ch *amqp091.Channel) error { _, _, err := ch.Get("r.q", true); return err },
 			func(string) error { return w.Get("r.q") }},
 		{"basic.consume without read",
-			func(ch *amqp091.Channel) error { _, err := ch.Consume("c.q", "", true, false, false, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.Consume("c.q", "", true, false, false, false, noArgs)
+				return err
+			},
 			func(string) error { return w.Consume("c.q") }},
 		{"basic.consume with read",
-			func(ch *amqp091.Channel) error { _, err := ch.Consume("r.q", "", true, false, false, false, noArgs); return err },
+			func(ch *amqp091.Channel) error {
+				_, err := ch.Consume("r.q", "", true, false, false, false, noArgs)
+				return err
+			},
 			func(string) error { return w.Consume("r.q") }},
 		{"basic.consume from direct reply-to needs nothing",
 			func(ch *amqp091.Channel) error {
@@ -342,7 +390,9 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 			func(string) error { return firstErr(w.Publish("cwr.topic"), w.PublishTopic("cwr.topic", "other.a")) }},
 		{"{client_id} stays literal for AMQP 0-9-1",
 			func(ch *amqp091.Channel) error { return publish(ch, "cwr.topic2", "{client_id}", amqp091.Publishing{}) },
-			func(string) error { return firstErr(w.Publish("cwr.topic2"), w.PublishTopic("cwr.topic2", "{client_id}")) }},
+			func(string) error {
+				return firstErr(w.Publish("cwr.topic2"), w.PublishTopic("cwr.topic2", "{client_id}"))
+			}},
 		{"topic publish to an exchange without topic permissions",
 			func(ch *amqp091.Channel) error { return publish(ch, "cwr.x", "anything", amqp091.Publishing{}) },
 			func(string) error { return w.Publish("cwr.x") }},
@@ -366,10 +416,14 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 			func(string) error { return w.QueueBind("r.q", "w.x") }},
 		{"queue.bind to a topic exchange, allowed by {vhost}",
 			func(ch *amqp091.Channel) error { return ch.QueueBind("w.q", "r."+vhost, "cwr.topic", false, noArgs) },
-			func(string) error { return firstErr(w.QueueBind("w.q", "cwr.topic"), w.BindTopic("cwr.topic", "r."+vhost)) }},
+			func(string) error {
+				return firstErr(w.QueueBind("w.q", "cwr.topic"), w.BindTopic("cwr.topic", "r."+vhost))
+			}},
 		{"queue.bind to a topic exchange, refused",
 			func(ch *amqp091.Channel) error { return ch.QueueBind("w.q", "r.other", "cwr.topic", false, noArgs) },
-			func(string) error { return firstErr(w.QueueBind("w.q", "cwr.topic"), w.BindTopic("cwr.topic", "r.other")) }},
+			func(string) error {
+				return firstErr(w.QueueBind("w.q", "cwr.topic"), w.BindTopic("cwr.topic", "r.other"))
+			}},
 		{"empty topic pattern allows only the empty key",
 			func(ch *amqp091.Channel) error { return ch.QueueBind("w.q", "", "cwr.topic2", false, noArgs) },
 			func(string) error { return firstErr(w.QueueBind("w.q", "cwr.topic2"), w.BindTopic("cwr.topic2", "")) }},
@@ -390,7 +444,9 @@ func TestMethodChecksMatchRabbitMQ(t *testing.T) {
 			func(string) error { return w.ExchangeBind("w.x", "w.x") }},
 		{"exchange.bind from a topic exchange, refused key",
 			func(ch *amqp091.Channel) error { return ch.ExchangeBind("w.x", "bad", "cwr.topic", false, noArgs) },
-			func(string) error { return firstErr(w.ExchangeBind("w.x", "cwr.topic"), w.BindTopic("cwr.topic", "bad")) }},
+			func(string) error {
+				return firstErr(w.ExchangeBind("w.x", "cwr.topic"), w.BindTopic("cwr.topic", "bad"))
+			}},
 		{"exchange.unbind is checked as exchange.bind",
 			func(ch *amqp091.Channel) error { return ch.ExchangeUnbind("r.x", "k", "r.x", false, noArgs) },
 			func(string) error { return w.ExchangeBind("r.x", "r.x") }},
