@@ -52,10 +52,10 @@
 // policy is tried. A policy with ha-mode, for example, never applies to a quorum queue or a
 // stream, and one with max-age never applies to a classic or quorum queue.
 //
-//	*   3.10.8: the policy wins for a quorum queue's expires (later versions take the minimum).
-//	**  4.x: if either value is negative (unlimited), the higher value; absent, quorum queues
-//	    default to 20. 3.10.8: the minimum, and negative values are refused.
-//	*** 4.x only; in 3.10.8 queue-leader-locator is not applicable to classic queues.
+//   - 3.10.8: the policy wins for a quorum queue's expires (later versions take the minimum).
+//     **  4.x: if either value is negative (unlimited), the higher value; absent, quorum queues
+//     default to 20. 3.10.8: the minimum, and negative values are refused.
+//     *** 4.x only; in 3.10.8 queue-leader-locator is not applicable to classic queues.
 package policy
 
 import (

@@ -64,7 +64,7 @@ func TestValidationErrors(t *testing.T) {
 		{ComponentPolicy, `{"pattern":"^a","definition":{"overflow":"bogus"}}`, "overflow", `<<"bogus">> is not a valid overflow value`},
 		{ComponentPolicy, `{"pattern":"^a","definition":{"stream-max-segment-size-bytes":4000000000}}`, "stream-max-segment-size-bytes", `4000000000 is not a valid segment size`},
 		{ComponentPolicy, `{"pattern":"^a","definition":{"stream-filter-size-bytes":8}}`, "stream-filter-size-bytes", `8 is not a valid filter size. Valid range is 16-255`}, // 4.x
-		{ComponentPolicy, `{"pattern":"^a","definition":{"consumer-timeout":-1}}`, "consumer-timeout", `-1 is not a valid consumer timeout`},             // 4.x
+		{ComponentPolicy, `{"pattern":"^a","definition":{"consumer-timeout":-1}}`, "consumer-timeout", `-1 is not a valid consumer timeout`},                                 // 4.x
 		{ComponentPolicy, `{"pattern":"^a","definition":{"queue-version":3}}`, "queue-version", `3 is not a valid queue-version value`},
 		{ComponentPolicy, `{"pattern":"^a","definition":{"alternate-exchange":1}}`, "alternate-exchange", `1 is not a valid alternate exchange name`},
 		{ComponentPolicy, `{"pattern":"^a","definition":{"dead-letter-routing-key":5}}`, "dead-letter-routing-key", `5 is not a valid dead letter routing key`},
