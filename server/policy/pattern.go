@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"regexp/syntax"
+	"strings"
 	"time"
 
 	"github.com/dlclark/regexp2"
@@ -21,8 +23,12 @@ const patternMatchTimeout = 50 * time.Millisecond
 // backreferences, atomic groups) run on regexp2, a backtracking engine, with a match timeout.
 type Pattern struct {
 	src string
-	re2 *regexp.Regexp
-	bt  *regexp2.Regexp
+	// prefix is a literal every matching name starts with ("orders." for `^orders\.`): a
+	// cheap test that rejects most names before the regexp runs, so that a declare among
+	// many prefix policies costs a string comparison per policy.
+	prefix string
+	re2    *regexp.Regexp
+	bt     *regexp2.Regexp
 }
 
 // CompilePattern compiles a policy pattern; the error text follows RabbitMQ's
@@ -32,7 +38,7 @@ func CompilePattern(src string) (*Pattern, error) {
 		return nil, fmt.Errorf("pattern must not exceed %d bytes", MaxPatternLength)
 	}
 	if re, err := regexp.Compile(src); err == nil {
-		return &Pattern{src: src, re2: re}, nil
+		return &Pattern{src: src, re2: re, prefix: anchoredPrefix(src)}, nil
 	}
 	bt, err := regexp2.Compile(src, regexp2.None)
 	if err != nil {
@@ -48,8 +54,26 @@ func (p *Pattern) String() string { return p.src }
 // MatchString reports whether the pattern matches anywhere in name.
 func (p *Pattern) MatchString(name string) bool {
 	if p.re2 != nil {
-		return p.re2.MatchString(name)
+		return strings.HasPrefix(name, p.prefix) && p.re2.MatchString(name)
 	}
 	ok, err := p.bt.MatchString(name)
 	return err == nil && ok
+}
+
+// anchoredPrefix returns the literal that must begin every match of a pattern anchored at the
+// start of the text (`^abc...`), or "" when there is none.
+func anchoredPrefix(src string) string {
+	re, err := syntax.Parse(src, syntax.Perl)
+	if err != nil {
+		return ""
+	}
+	re = re.Simplify()
+	if re.Op != syntax.OpConcat || len(re.Sub) < 2 || re.Sub[0].Op != syntax.OpBeginText {
+		return ""
+	}
+	lit := re.Sub[1]
+	if lit.Op != syntax.OpLiteral || lit.Flags&syntax.FoldCase != 0 {
+		return ""
+	}
+	return string(lit.Rune)
 }

@@ -30,19 +30,19 @@
 //
 //	key                        classic     quorum      stream
 //	message-ttl                min(P,A)    min(P,A)    -
-//	expires                    min(P,A)    min(P,A)*   -
+//	expires                    min(P,A)    min(P,A)(1) -
 //	max-length                 min(P,A)    min(P,A)    -
 //	max-length-bytes           min(P,A)    min(P,A)    P
 //	overflow                   A           P           -
 //	dead-letter-exchange       A           A           -
 //	dead-letter-routing-key    A           A           -
 //	dead-letter-strategy       -           A           -
-//	delivery-limit             -           min(P,A)**  -
+//	delivery-limit             -           min(P,A)(2) -
 //	max-age                    -           -           P
 //	stream-max-segment-size-bytes -        -           P
 //	stream-filter-size-bytes   (no effect) (no effect) P
 //	initial-cluster-size       -           -           P (argument x-initial-cluster-size)
-//	queue-leader-locator       P***        P           P
+//	queue-leader-locator       P(3)        P           P
 //	consumer-timeout           min(P,A)    min(P,A)    min(P,A)
 //
 //	exchanges: alternate-exchange      A (the exchange argument alternate-exchange) over P
@@ -52,10 +52,10 @@
 // policy is tried. A policy with ha-mode, for example, never applies to a quorum queue or a
 // stream, and one with max-age never applies to a classic or quorum queue.
 //
-//   - 3.10.8: the policy wins for a quorum queue's expires (later versions take the minimum).
-//     **  4.x: if either value is negative (unlimited), the higher value; absent, quorum queues
-//     default to 20. 3.10.8: the minimum, and negative values are refused.
-//     *** 4.x only; in 3.10.8 queue-leader-locator is not applicable to classic queues.
+//	(1) 3.10.8: the policy wins for a quorum queue's expires (later versions take the minimum).
+//	(2) 4.x: if either value is negative (unlimited), the higher value; absent, quorum queues
+//	    default to 20. 3.10.8: the minimum, and negative values are refused.
+//	(3) 4.x only; in 3.10.8 queue-leader-locator is not applicable to classic queues.
 package policy
 
 import (

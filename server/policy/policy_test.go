@@ -466,3 +466,13 @@ func TestReapply(t *testing.T) {
 		t.Fatalf("non-matching policy: %d updates", len(got))
 	}
 }
+
+func TestAnchoredPrefix(t *testing.T) {
+	cases := map[string]string{`^orders\.`: "orders.", `^orders`: "orders", `orders`: "", `^(?i)orders`: "",
+		`^a|^b`: "", `^app\.limited$`: "app.limited", `^(?:x)y`: "xy", `.*`: "", `^`: "", `(?m)^ab`: ""}
+	for src, want := range cases {
+		if got := anchoredPrefix(src); got != want {
+			t.Errorf("anchoredPrefix(%q) = %q, want %q", src, got, want)
+		}
+	}
+}
