@@ -673,6 +673,9 @@ func (r *reader) exchangeItem(it item) {
 		r.skip(it.path, what, "names beginning with amq. are reserved; RabbitMQ skips them too")
 		return
 	}
+	if _, present := it.m["type"]; present && x.Type == "" {
+		r.fail(it.p("type"), "want an exchange type, got an empty string")
+	}
 	if _, ok := exchange.ParseKind(x.Type); !ok && x.Type != "" {
 		r.skip(it.path, what+" of type "+x.Type, "Warren has no exchange type "+x.Type+"; its bindings are skipped too")
 		r.skippedExchanges = append(r.skippedExchanges, [2]string{x.VHost, x.Name})

@@ -163,8 +163,8 @@ func Encode(d *Definitions) ([]byte, error) {
 	}
 	for _, p := range d.OperatorPolicies {
 		doc.Parameters = append(doc.Parameters, exportParameter{
-			Value:     exportPolicyValue{Pattern: p.Pattern, Definition: nonNilDef(p.Definition), Priority: p.Priority, ApplyTo: applyTo(p.ApplyTo)},
-			VHost:     p.VHost, Component: componentOperatorPolicy, Name: p.Name})
+			Value: exportPolicyValue{Pattern: p.Pattern, Definition: nonNilDef(p.Definition), Priority: p.Priority, ApplyTo: applyTo(p.ApplyTo)},
+			VHost: p.VHost, Component: componentOperatorPolicy, Name: p.Name})
 	}
 	for _, l := range d.VHostLimits {
 		limits := l.Limits
