@@ -106,6 +106,8 @@ func TestExportImportsIntoRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
+	t.Cleanup(client.CloseIdleConnections) // runs last, after the deletions below
 	api := func(method, path string, in []byte) (int, []byte) {
 		t.Helper()
 		req, err := http.NewRequest(method, mgmt+"/api/"+path, bytes.NewReader(in))
@@ -114,7 +116,7 @@ func TestExportImportsIntoRabbitMQ(t *testing.T) {
 		}
 		req.SetBasicAuth("guest", "guest")
 		req.Header.Set("content-type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,9 @@ import (
 const MaxPatternLength = 1024
 
 // patternMatchTimeout bounds one match of a backtracking pattern, as RabbitMQ bounds PCRE with
-// match_limit: a pathological pattern fails to match instead of stalling a declare.
+// match_limit: a pathological pattern fails to match instead of stalling a declare. regexp2
+// keeps time with a goroutine of its own (regexp2.runClock) that runs while timed matches do
+// and stops about a second after the last; goleak checks must ignore it (goleak.IgnoreAnyFunction).
 const patternMatchTimeout = 50 * time.Millisecond
 
 // Pattern is a compiled policy pattern. RabbitMQ matches names with PCRE, unanchored. Patterns

@@ -240,6 +240,11 @@ func Compile(c Component, p Policy) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	def := make(Definition, len(p.Definition))
+	for k, v := range p.Definition {
+		def[k] = v
+	}
+	p.Definition = def // a Compiled is immutable: it must not share the caller's map
 	cp := &Compiled{Policy: p, Component: c, Ignored: ignored, pattern: pat}
 	for t := range numObjectTypes {
 		cp.applies[t] = p.ApplyTo.fits(t) && applicable(t, p.Definition)
