@@ -9,7 +9,9 @@ import (
 // FuzzDecode feeds documents through Decode, Validate and Encode: never a panic; a refusal is
 // an *Error with problems; an accepted document encodes, and its encoding decodes again.
 func FuzzDecode(f *testing.F) {
-	for _, name := range []string{"rabbitmq-3.10.8-export.json", "rabbitmq-3.10.8-vhost-export.json", "handwritten-4x-export.json"} {
+	// The 4.x file is small enough to mutate quickly; the 3.10.8 exports (20 KB) slow the
+	// fuzzer's minimisation to a crawl and are covered by the unit tests.
+	for _, name := range []string{"handwritten-4x-export.json"} {
 		b, err := os.ReadFile("testdata/" + name)
 		if err != nil {
 			f.Fatal(err)
