@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"time"
+	"warren/server/queue"
 )
 
 // Config is the broker configuration. DefaultConfig gives the defaults; cmd/warren maps flags onto it.
@@ -36,6 +37,10 @@ type Config struct {
 	// Version is reported to clients (connection.start) and operators; cmd/warren sets it to the
 	// binary's version. Empty means DefaultVersion.
 	Version string
+
+	// QueueTypes are queue types added to the built-in classic, quorum and stream ones, by their
+	// x-queue-type value (a new type plugs in here without touching the AMQP session).
+	QueueTypes []queue.Type
 
 	// NodeID names this node in its cluster (default "warren").
 	NodeID string

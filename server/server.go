@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
 	s.node = node
-	types := append(core.LegacyTypes(), streamq.Type{})
+	types := append(append(core.LegacyTypes(), streamq.Type{}), cfg.QueueTypes...)
 	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
 		ConsumerTimeout: cfg.ConsumerTimeout, Types: types})
 	if err != nil {

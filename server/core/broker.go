@@ -177,6 +177,9 @@ func (b *Broker) NextConsumerID() queue.ConsumerID {
 // NodeTag is this node's tag in consumer ids (see queue.ConsumerNode).
 func (b *Broker) NodeTag() uint16 { return b.tag }
 
+// hasType reports whether a queue type is registered.
+func (b *Broker) hasType(kind string) bool { _, ok := b.types[kind]; return ok }
+
 // nodeTag is the 16-bit tag of a node in consumer ids.
 func nodeTag(id string) uint16 {
 	h := fnv.New32a()

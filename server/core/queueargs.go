@@ -103,15 +103,18 @@ type queueSettings struct {
 	deliveryLimit   int64 // -1 none
 	consumerTimeout int64 // ms; -1 = the server default
 
-	stream          bool // x-queue-type=stream
-	quorum          bool // x-queue-type=quorum
-	groupSize       int  // x-quorum-initial-group-size; 0 = default (3)
+	other           string // x-queue-type of a type added to the core (not classic, quorum, stream)
+	stream          bool   // x-queue-type=stream
+	quorum          bool   // x-queue-type=quorum
+	groupSize       int    // x-quorum-initial-group-size; 0 = default (3)
 	maxAge          time.Duration
 	maxSegmentBytes int64
 }
 
 // parseQueueArgs validates a new queue's arguments with RabbitMQ's texts and returns its settings.
-func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.Error) {
+// known reports whether a queue type is registered (x-queue-type values other than classic,
+// quorum and stream are types added to the core, tests' among them).
+func parseQueueArgs(name, vhost string, args amqp.Table, known func(string) bool) (queueSettings, *amqp.Error) {
 	st := queueSettings{messageTTL: -1, expires: -1, maxLength: -1, maxLengthBytes: -1, overflow: "drop-head",
 		deliveryLimit: -1, consumerTimeout: -1}
 	invalid := func(arg, format string, a ...any) *amqp.Error {
@@ -249,7 +252,10 @@ func parseQueueArgs(name, vhost string, args amqp.Table) (queueSettings, *amqp.E
 		case "quorum":
 			st.quorum = true
 		default:
-			return st, invalid("x-queue-type", "\"unsupported queue type '%s'\"", t)
+			if known == nil || !known(t) {
+				return st, invalid("x-queue-type", "\"unsupported queue type '%s'\"", t)
+			}
+			st.other = t
 		}
 	}
 	if st.quorum {
@@ -344,6 +350,8 @@ const maxTTL = 315360000000
 // kind is the queue type the settings ask for, as x-queue-type names it.
 func (st queueSettings) kind() string {
 	switch {
+	case st.other != "":
+		return st.other
 	case st.stream:
 		return "stream"
 	case st.quorum:

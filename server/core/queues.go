@@ -101,7 +101,7 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 		if d.Passive {
 			return nil, v.QueueNotFound(name)
 		}
-		st, err := parseQueueArgs(name, v.name, d.Args)
+		st, err := parseQueueArgs(name, v.name, d.Args, v.b.hasType)
 		if err == nil && st.stream {
 			err = checkStreamDeclare(d, name, v.name)
 		}
@@ -117,7 +117,7 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 			// In a cluster, durable named classic queues are replicated too, with one voter (this
 			// node) and a non-voting replica on every other node: every node sees them and serves
 			// their clients, and they are unavailable while their home node is down, as in RabbitMQ.
-			if st.quorum || !st.stream && !d.AutoDelete && !d.ServerNamed && v.b.clustered() {
+			if st.quorum || st.kind() == "classic" && !d.AutoDelete && !d.ServerNamed && v.b.clustered() {
 				store = storeReplicated
 			}
 		}
@@ -202,10 +202,10 @@ func (v *VHost) declareReplicated(ctx context.Context, d QueueDecl, st queueSett
 // replica and its raft group). v.mu may be held.
 func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recStore, recovered bool) (*Queue, error) {
 	b := v.b
-	st, aerr := parseQueueArgs(rec.Name, v.name, rec.Args)
+	st, aerr := parseQueueArgs(rec.Name, v.name, rec.Args, v.b.hasType)
 	if aerr != nil {
 		b.log.Warn("stored queue arguments no longer valid; using defaults", "vhost", v.name, "queue", rec.Name, "err", aerr.Text)
-		st, _ = parseQueueArgs(rec.Name, v.name, nil)
+		st, _ = parseQueueArgs(rec.Name, v.name, nil, nil)
 	}
 	q := &Queue{vhost: v, name: rec.Name, id: rec.ID, kind: st.kind(), durable: durable, autoDelete: rec.AutoDelete,
 		owner: owner, args: rec.Args, settings: st, store: store, voters: rec.Voters, nonvoters: rec.Nonvoters}

@@ -118,6 +118,9 @@ type pubOutcome struct {
 	bytes     int64   // counted against the connection's credit
 	remaining atomic.Int32
 	failed    atomic.Bool
+	// abandoned is set when the publish itself failed (a channel error: unknown exchange, ...):
+	// as in RabbitMQ, it is neither acked nor nacked, the channel closes.
+	abandoned atomic.Bool
 }
 
 // Done implements queue.Done: one queue's outcome. A queue deleted meanwhile (ErrGone) simply
@@ -148,7 +151,7 @@ func (p *pubOutcome) finish(async bool) {
 	if p.tx != nil {
 		p.tx.finish(p.failed.Load())
 	}
-	if p.seq != 0 {
+	if p.seq != 0 && !p.abandoned.Load() {
 		ch.confirms.complete(ch, p.seq, p.failed.Load(), async)
 		if !async {
 			ch.c.markConfirmDirty(ch)

@@ -83,10 +83,11 @@ const connectionCredit = 16 << 20
 
 // credit is a byte budget: acquire blocks while it is used up.
 type credit struct {
-	mu    sync.Mutex
-	cond  sync.Cond
-	used  int64
-	limit int64
+	mu      sync.Mutex
+	cond    sync.Cond
+	used    int64
+	limit   int64
+	aborted bool // the connection is being closed: nobody waits any more
 }
 
 func (c *credit) init(limit int64) {
@@ -96,11 +97,20 @@ func (c *credit) init(limit int64) {
 
 func (c *credit) acquire(n int64) {
 	c.mu.Lock()
-	for c.used > 0 && c.used+n > c.limit {
+	for c.used > 0 && c.used+n > c.limit && !c.aborted {
 		c.cond.Wait()
 	}
 	c.used += n
 	c.mu.Unlock()
+}
+
+// abort wakes a reader waiting for credit and lets every later acquire through (shutdown, or an
+// operator closing the connection, must not wait for the disk to catch up).
+func (c *credit) abort() {
+	c.mu.Lock()
+	c.aborted = true
+	c.mu.Unlock()
+	c.cond.Broadcast()
 }
 
 func (c *credit) release(n int64) {
@@ -554,6 +564,7 @@ func (c *conn) forceClose(e *amqp.Error) {
 		return
 	}
 	close(c.quit)
+	c.credit.abort()
 	c.forceDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
 	if !c.open.Load() {
 		c.nc.SetReadDeadline(time.Now())

@@ -549,6 +549,7 @@ func (ch *channel) commit() *amqp.Error {
 		out := &pubOutcome{ch: ch, tx: w}
 		out.remaining.Store(1)
 		if err := ch.route(p.msg, p.mandatory, out); err != nil {
+			out.abandoned.Store(true)
 			out.release()
 			return err
 		}
@@ -693,6 +694,9 @@ func (ch *channel) publishComplete() *amqp.Error {
 	}
 	err := ch.route(msg, mandatory, out)
 	if out != nil {
+		if err != nil {
+			out.abandoned.Store(true)
+		}
 		out.release()
 	}
 	return err
