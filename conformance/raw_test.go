@@ -381,3 +381,55 @@ func TestChannelErrorClosesOnlyTheChannel(t *testing.T) {
 		})
 	}
 }
+
+// TestArgumentsNotFillingTheFrame: a method whose arguments run past the end of its frame (a
+// truncated frame, a field table longer than what is left of it) or leave bytes over is 501
+// FRAME_ERROR "cannot decode <<...>>" naming the method, as RabbitMQ answers, on the generated
+// decoders' path and on the hand-written ones (publish, ack) alike. A method frame too short for
+// its ids is not a frame at all. (A bad type tag inside a table of the right length is another
+// error: 502 here, a reset in RabbitMQ; see docs/differences.md.)
+func TestArgumentsNotFillingTheFrame(t *testing.T) {
+	b := sharedBroker(t)
+	declare := func(table ...byte) []byte { // queue.declare "q", exclusive and auto-delete, then table
+		return append([]byte{0, classQueue, 0, 10, 0, 0, 1, 'q', 12}, table...)
+	}
+	long := []byte{0, classQueue, 0, 10, 0, 0, 200}
+	long = append(long, bytes.Repeat([]byte("n"), 100)...)
+	for _, tc := range []struct {
+		name          string
+		channel       uint16
+		payload       []byte
+		text          string
+		class, method uint16
+	}{
+		{"queue name past the end", 1, []byte{0, classQueue, 0, 10, 0, 0, 10, 'a', 'b', 'c'},
+			"FRAME_ERROR - cannot decode <<0,0,10,97,98,99>>", classQueue, 10},
+		{"field table longer than the frame", 1, declare(0, 0, 3, 232, 1, 'a', 't', 1),
+			"FRAME_ERROR - cannot decode <<0,0,1,113,12,0,0,3,232,1,97,116,1>>", classQueue, 10},
+		{"bytes left over", 1, declare(0, 0, 0, 0, 1, 2, 3),
+			"FRAME_ERROR - cannot decode <<0,0,1,113,12,0,0,0,0,1,2,3>>", classQueue, 10},
+		{"basic.publish cut", 1, []byte{0, classBasic, 0, 40, 0, 0, 5, 'a'},
+			"FRAME_ERROR - cannot decode <<0,0,5,97>>", classBasic, 40},
+		{"basic.ack cut", 1, []byte{0, classBasic, 0, 80, 0, 0, 0, 0, 0, 0, 0},
+			"FRAME_ERROR - cannot decode <<0,0,0,0,0,0,0>>", classBasic, 80},
+		{"tx.select with a byte over", 1, []byte{0, 90, 0, 10, 0},
+			"FRAME_ERROR - cannot decode <<0>>", 90, 10},
+		{"channel.open without its argument", 2, []byte{0, classChannel, 0, 10},
+			"FRAME_ERROR - cannot decode <<>>", classChannel, 10},
+		{"a long cut text ends in ...", 1, long,
+			("FRAME_ERROR - cannot decode <<0,0,200," + strings.Repeat("110,", 100))[:252] + "...", classQueue, 10},
+		{"method frame shorter than its ids", 1, []byte{0, classQueue},
+			"FRAME_ERROR - type 1, all octets = <<0,50>>: unknown_frame", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.write(frameBytes(frameMethod, tc.channel, tc.payload))
+			ci := c.expectConnectionClose(codeFrameError)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d;\nwant %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}

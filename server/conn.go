@@ -423,10 +423,17 @@ func parseCredentials(mechanism, response string) (user, pass string, err error)
 	}
 }
 
+// decodeError maps a method decoding error onto the connection.close RabbitMQ sends: 501 for
+// arguments that do not fill their frame, 540 for an unknown method, 502 for other malformed data
+// (a bad type tag in a field table, where RabbitMQ drops the connection).
 func decodeError(err error) *amqp.Error {
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		return ae
+	}
+	var fe *amqp.FramingError
+	if errors.As(err, &fe) {
+		return fe.Reply()
 	}
 	var um *amqp.UnknownMethodError
 	if errors.As(err, &um) {
@@ -558,9 +565,6 @@ func (c *conn) forceClose(e *amqp.Error) {
 }
 
 func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
-	if len(f.Payload) < 4 {
-		return amqp.Errorf(amqp.FrameError, "method frame too short (%d bytes)", len(f.Payload))
-	}
 	cls := binary.BigEndian.Uint16(f.Payload)
 	mid := binary.BigEndian.Uint16(f.Payload[2:])
 	args := f.Payload[4:]
@@ -576,7 +580,7 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 	ch := c.channels[f.Channel]
 	if ch == nil {
 		if cls == amqp.ClassChannel && mid == 10 {
-			return c.openChannel(f.Channel)
+			return c.openChannel(f.Channel, args)
 		}
 		if cls == amqp.ClassChannel && mid == 41 {
 			return nil // a late close-ok, as RabbitMQ tolerates
@@ -596,7 +600,7 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 				c.dropChannel(ch.id)
 			case 10:
 				c.dropChannel(ch.id)
-				return c.openChannel(f.Channel)
+				return c.openChannel(f.Channel, args)
 			}
 		}
 		return nil
@@ -647,7 +651,10 @@ func (c *conn) handleConnectionMethod(payload []byte) *amqp.Error {
 	}
 }
 
-func (c *conn) openChannel(id uint16) *amqp.Error {
+func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
+	if err := new(amqp.ChannelOpen).Decode(args); err != nil {
+		return decodeError(err)
+	}
 	if len(c.channels) >= int(c.channelMax) {
 		return &amqp.Error{Code: amqp.NotAllowed, ClassID: amqp.ClassChannel, MethodID: 10,
 			Text: fmt.Sprintf("NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)",
