@@ -433,3 +433,69 @@ func TestArgumentsNotFillingTheFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestHandshakeOutOfOrder: after tune-ok and before connection.open, a frame on a channel other
+// than 0 (channel.open first, say) is 505 UNEXPECTED_FRAME, another method on channel 0 is 504, and
+// a truncated method 501, with RabbitMQ's texts. Where RabbitMQ closes the socket without a word
+// after about 3 s (before tune-ok, and for a truncated connection.open) Warren answers as RabbitMQ
+// does between tune-ok and open (docs/differences.md).
+func TestHandshakeOutOfOrder(t *testing.T) {
+	b := sharedBroker(t)
+	const (
+		insteadOfStartOk = iota
+		insteadOfTuneOk
+		insteadOfOpen
+	)
+	for _, tc := range []struct {
+		name          string
+		at            int // which handshake method the frame replaces
+		frame         []byte
+		code          uint16
+		text          string
+		class, method uint16
+		rabbitSilent  bool // RabbitMQ 3.10 closes the socket without connection.close
+	}{
+		{"channel.open on channel 1", insteadOfOpen, methodFrame(1, classChannel, 10, channelOpenArgs()),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>>", 0, 0, false},
+		{"queue.declare on channel 1", insteadOfOpen, methodFrame(1, classQueue, 10, queueDeclareArgs("", false, false, true, true)),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,50,0,10,0,0,0,12,0,0,0,0>>", 0, 0, false},
+		{"heartbeat on channel 1", insteadOfOpen, frameBytes(frameHeartbeat, 1, nil),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0, false},
+		{"channel.open on channel 0", insteadOfOpen, methodFrame(0, classChannel, 10, channelOpenArgs()),
+			codeChannelError, "CHANNEL_ERROR - unexpected method in connection state opening", classChannel, 10, false},
+		{"truncated connection.open", insteadOfOpen, frameBytes(frameMethod, 0, []byte{0, 10, 0, 40, 5, '/'}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<5,47>>", classConnection, 40, true},
+		{"channel.open on channel 1 before tune-ok", insteadOfTuneOk, methodFrame(1, classChannel, 10, channelOpenArgs()),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>>", 0, 0, true},
+		{"connection.open instead of tune-ok", insteadOfTuneOk, methodFrame(0, classConnection, 40, []byte{1, '/', 0, 0}),
+			codeChannelError, "CHANNEL_ERROR - unexpected method in connection state tuning", classConnection, 40, true},
+		{"truncated tune-ok", insteadOfTuneOk, frameBytes(frameMethod, 0, []byte{0, 10, 0, 31, 0}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<0>>", classConnection, 31, true},
+		{"truncated start-ok", insteadOfStartOk, frameBytes(frameMethod, 0, []byte{0, 10, 0, 11, 0, 0, 0, 50, 1}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<0,0,0,50,1>>", classConnection, 11, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, b.Addr)
+			c.sendHeader()
+			c.readStart()
+			if tc.at > insteadOfStartOk {
+				c.sendStartOk(startOk{mechanism: "PLAIN", response: plainResponse("guest", "guest"), authFailureClose: true})
+				tune := c.readTune()
+				if tc.at > insteadOfTuneOk {
+					c.sendTuneOk(tune)
+				}
+			}
+			c.write(tc.frame)
+			if tc.rabbitSilent && c.isRabbitMQ() {
+				c.expectSocketClosed(10 * time.Second)
+				t.Logf("RabbitMQ closed the socket without connection.close (known 3.10 behaviour)")
+				return
+			}
+			ci := c.expectConnectionClose(tc.code)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d; want %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}

@@ -269,7 +269,7 @@ func (c *conn) handshake() error {
 	}
 	so, ok := m.(*amqp.ConnectionStartOk)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("starting", m)
 	}
 	c.clientProps = so.ClientProperties
 	if capsV, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
@@ -309,7 +309,7 @@ func (c *conn) handshake() error {
 	}
 	to, ok := m.(*amqp.ConnectionTuneOk)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.tune_ok', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("tuning", m)
 	}
 	c.channelMax = c.s.cfg.ChannelMax
 	if to.ChannelMax != 0 {
@@ -342,7 +342,7 @@ func (c *conn) handshake() error {
 	}
 	op, ok := m.(*amqp.ConnectionOpen)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.open', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("opening", m)
 	}
 	v := c.s.vhosts[op.VirtualHost]
 	if v == nil {
@@ -368,22 +368,19 @@ func (c *conn) writeNow(b []byte) error {
 	return err
 }
 
-// readHandshakeMethod reads the next method frame on channel 0, skipping heartbeats.
+// readHandshakeMethod reads the next method frame on channel 0, skipping heartbeats. Any other
+// frame, or one on another channel (a channel.open before connection.open), is 505 as in RabbitMQ.
 func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			return nil, err
 		}
-		switch f.Type {
-		case amqp.FrameHeartbeat:
-			continue
-		case amqp.FrameMethod:
-		default:
-			return nil, amqp.Errorf(amqp.UnexpectedFrame, "expected method frame, got frame type %d", f.Type)
+		if f.Channel != 0 || (f.Type != amqp.FrameMethod && f.Type != amqp.FrameHeartbeat) {
+			return nil, amqp.UnexpectedFrameError(f)
 		}
-		if f.Channel != 0 {
-			return nil, amqp.Errorf(amqp.ChannelError, "expected channel 0 during the handshake, got %d", f.Channel)
+		if f.Type == amqp.FrameHeartbeat {
+			continue
 		}
 		m, err := amqp.DecodeMethod(f.Payload)
 		if err != nil {
@@ -394,6 +391,14 @@ func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 		}
 		return m, nil
 	}
+}
+
+// unexpectedHandshakeMethod is RabbitMQ's answer to a method other than the one the handshake
+// waits for in state ("starting", "tuning", "opening").
+func unexpectedHandshakeMethod(state string, m amqp.Method) *amqp.Error {
+	e := amqp.Errorf(amqp.ChannelError, "unexpected method in connection state %s", state)
+	e.ClassID, e.MethodID = m.ClassID(), m.MethodID()
+	return e
 }
 
 // parseCredentials decodes a PLAIN or AMQPLAIN start-ok response.
