@@ -499,3 +499,37 @@ func TestHandshakeOutOfOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestChannelCloseCrossingItsCloseOk: frames that reach the broker with a client's channel.close,
+// before its close-ok went out (here: in the same TCP write), find the channel closing, as in
+// RabbitMQ: each further channel.close gets its own close-ok, anything else is dropped. Once the
+// close-ok is out, the channel is gone (TestChannelNotOpen) and may be opened again.
+func TestChannelCloseCrossingItsCloseOk(t *testing.T) {
+	b := sharedBroker(t)
+	closeFrame := methodFrame(1, classChannel, 40, closeArgs(200, "bye", 0, 0))
+	for _, tc := range []struct {
+		name     string
+		after    [][]byte // sent in the same write as the first channel.close
+		closeOks int
+	}{
+		{"a second channel.close", [][]byte{closeFrame}, 2},
+		{"two more channel.close", [][]byte{closeFrame, closeFrame}, 3},
+		{"queue.declare", [][]byte{methodFrame(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))}, 1},
+		{"a whole publish", [][]byte{methodFrame(1, classBasic, 40, basicPublishArgs("", "x")), contentHeaderFrame(1, 1), frameBytes(frameBody, 1, []byte("x"))}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.write(append([][]byte{closeFrame}, tc.after...)...)
+			for i := 0; i < tc.closeOks; i++ {
+				c.expect(1, classChannel, 41)
+			}
+			// Nothing else came for channel 1: the next frame is the answer to a new open.
+			c.openChannel(1)
+			c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+			c.expect(1, classQueue, 11)
+			c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
+			c.expect(0, classConnection, 51)
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,11 @@ type conn struct {
 	quit          chan struct{} // closed by forceClose
 	credit        credit
 	peerCloses    bool // we sent close-ok: let the client close the socket first
+
+	// closedInRead are the channels the client closed since the reader last waited for the socket.
+	// RabbitMQ still holds such a channel closing while it handles the frames that came with the
+	// close: another channel.close gets another close-ok, anything else is dropped.
+	closedInRead []uint16
 }
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
@@ -453,6 +459,7 @@ func (c *conn) readLoop() {
 		if c.fr.Buffered() == 0 {
 			// About to block on the socket: publish confirms for everything handled so far.
 			c.flushConfirms()
+			c.closedInRead = c.closedInRead[:0]
 		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -590,6 +597,12 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 		if cls == amqp.ClassChannel && mid == 41 {
 			return nil // a late close-ok, as RabbitMQ tolerates
 		}
+		if slices.Contains(c.closedInRead, f.Channel) {
+			if cls == amqp.ClassChannel && mid == 40 {
+				c.out.sendMethod(f.Channel, &amqp.ChannelCloseOk{})
+			}
+			return nil
+		}
 		if amqp.NewMethod(cls, mid) == nil {
 			return decodeError(&amqp.UnknownMethodError{ClassID: cls, MethodID: mid})
 		}
@@ -667,6 +680,9 @@ func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
 	}
 	ch := newChannel(c, id)
 	c.channels[id] = ch
+	if i := slices.Index(c.closedInRead, id); i >= 0 {
+		c.closedInRead = slices.Delete(c.closedInRead, i, i+1)
+	}
 	c.nChannels.Store(int32(len(c.channels)))
 	c.out.sendMethod(id, &amqp.ChannelOpenOk{})
 	return nil
@@ -682,6 +698,9 @@ func (c *conn) handleContentFrame(f amqp.Frame) *amqp.Error {
 	if ch == nil {
 		if f.Channel == 0 {
 			return amqp.Errorf(amqp.UnexpectedFrame, "content frame on channel 0")
+		}
+		if slices.Contains(c.closedInRead, f.Channel) {
+			return nil
 		}
 		return amqp.Errorf(amqp.ChannelError, "expected 'channel.open'")
 	}

@@ -66,6 +66,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		ch.release()
 		ch.gone = true
 		c.dropChannel(ch.id)
+		c.closedInRead = append(c.closedInRead, ch.id)
 		c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 		return nil
 	case *amqp.ChannelCloseOk:
