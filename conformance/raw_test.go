@@ -197,25 +197,44 @@ func TestUnknownMethod(t *testing.T) {
 	}
 }
 
+// TestContentOutOfOrder: content frames where they do not belong end the connection with 505 and
+// RabbitMQ's text; once a publish has begun, the close names basic.publish as the failing method.
 func TestContentOutOfOrder(t *testing.T) {
 	b := sharedBroker(t)
 	publish := methodFrame(1, classBasic, 40, basicPublishArgs("", "nowhere"))
+	var class61 enc // a content header for class 61
+	class61.short(61)
+	class61.short(0)
+	class61.longlong(3)
+	class61.short(0)
+	const (
+		noMethod   = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
+		wantHeader = "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead"
+		wantBody   = "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
+	)
 	for _, tc := range []struct {
-		name   string
-		frames [][]byte
+		name          string
+		frames        [][]byte
+		text          string
+		class, method uint16
 	}{
-		{"content header without publish", [][]byte{contentHeaderFrame(1, 3)}},
-		{"content body without publish", [][]byte{frameBytes(frameBody, 1, []byte("abc"))}},
-		{"publish then body without header", [][]byte{publish, frameBytes(frameBody, 1, []byte("abc"))}},
-		{"publish then a method instead of the header", [][]byte{publish, methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
-		{"header then a method instead of the body", [][]byte{publish, contentHeaderFrame(1, 3), methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
-		{"header then a second header", [][]byte{publish, contentHeaderFrame(1, 3), contentHeaderFrame(1, 3)}},
+		{"content header without publish", [][]byte{contentHeaderFrame(1, 3)}, noMethod, 0, 0},
+		{"content body without publish", [][]byte{frameBytes(frameBody, 1, []byte("abc"))}, noMethod, 0, 0},
+		{"publish then body without header", [][]byte{publish, frameBytes(frameBody, 1, []byte("abc"))}, wantHeader, classBasic, 40},
+		{"publish then a method instead of the header", [][]byte{publish, methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}, wantHeader, classBasic, 40},
+		{"header then a method instead of the body", [][]byte{publish, contentHeaderFrame(1, 3), methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}, wantBody, classBasic, 40},
+		{"header then a second header", [][]byte{publish, contentHeaderFrame(1, 3), contentHeaderFrame(1, 3)}, wantBody, classBasic, 40},
+		{"content header for another class", [][]byte{publish, frameBytes(frameHeader, 1, class61.b)},
+			"UNEXPECTED_FRAME - expected content header for class 60, got one for class 61 instead", classBasic, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := openRaw(t, b.Addr)
 			c.openChannel(1)
 			c.write(tc.frames...)
-			c.expectConnectionClose(codeUnexpectedFrame)
+			ci := c.expectConnectionClose(codeUnexpectedFrame)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d; want %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
 			assertStillServing(t, b.URL)
 		})
 	}

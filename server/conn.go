@@ -624,9 +624,9 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 		return nil
 	}
 	if ch.pub.state != pubIdle {
-		return &amqp.Error{Code: amqp.UnexpectedFrame, ClassID: cls, MethodID: mid,
-			Text: fmt.Sprintf("UNEXPECTED_FRAME - expected content %s for class 60, got non content %s frame instead",
-				ch.pub.expecting(), ch.pub.expecting())}
+		err := ch.pub.interrupted()
+		err.ClassID, err.MethodID = amqp.ClassBasic, 40 // the publish, as RabbitMQ reports it
+		return err
 	}
 	err := ch.handleMethod(cls, mid, args)
 	if err != nil {
@@ -707,8 +707,12 @@ func (c *conn) handleContentFrame(f amqp.Frame) *amqp.Error {
 	if ch.closing {
 		return nil
 	}
+	publishing := ch.pub.state != pubIdle
 	err := ch.handleContent(f)
 	if err != nil {
+		if publishing && err.ClassID == 0 && err.MethodID == 0 {
+			err.ClassID, err.MethodID = amqp.ClassBasic, 40 // what failed is the publish, as RabbitMQ reports it
+		}
 		if err.Hard() {
 			return err
 		}
