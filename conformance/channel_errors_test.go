@@ -5,6 +5,7 @@ package conformance
 // channel.close naming basic.publish to its pending publish).
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -83,5 +84,46 @@ func TestPublishErrorNamesThePublish(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestQuorumQueueRefusesOtherTypesArguments: a quorum queue declared with an argument of another
+// queue type (x-queue-mode, x-max-priority, ...) is 406 with RabbitMQ's text (rabbit_amqqueue's
+// check against rabbit_quorum_queue's list of arguments), whatever its value.
+func TestQuorumQueueRefusesOtherTypesArguments(t *testing.T) {
+	b := sharedBroker(t)
+	const name = "warren-conformance-qq-args"
+	for _, arg := range []field{
+		{"x-queue-mode", "lazy"}, {"x-queue-mode", "default"}, {"x-queue-mode", int32(1)},
+		{"x-max-priority", int32(5)}, {"x-queue-version", int32(2)}, {"x-queue-master-locator", "min-masters"},
+		{"x-max-age", "1D"}, {"x-stream-max-segment-size-bytes", int32(1000)}, {"x-initial-cluster-size", int32(1)},
+	} {
+		t.Run(fmt.Sprintf("%s=%v", arg.key, arg.value), func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			var e enc
+			e.short(0)
+			e.shortstr(name)
+			e.bits(false, true, false, false, false) // durable
+			e.table([]field{{"x-queue-type", "quorum"}, arg})
+			c.send(1, classQueue, 10, e.b)
+			f := c.next()
+			if f.is(classQueue, 11) {
+				var del enc
+				del.short(0)
+				del.shortstr(name)
+				del.bits(false, false, false)
+				c.send(1, classQueue, 40, del.b)
+				t.Fatalf("quorum queue declared with %s; want 406", arg.key)
+			}
+			if !f.is(classChannel, 40) || f.channel != 1 {
+				t.Fatalf("got %v; want channel.close 406", f)
+			}
+			ci := parseClose(f)
+			want := fmt.Sprintf("PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_quorum_queue", arg.key, name)
+			if ci.code != 406 || ci.text != want || ci.class != classQueue || ci.method != 10 {
+				t.Errorf("channel.close %d %q for %d.%d; want 406 %q for 50.10", ci.code, ci.text, ci.class, ci.method, want)
+			}
+		})
 	}
 }
