@@ -6,6 +6,7 @@ package conformance
 import (
 	"bytes"
 	"io"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -550,5 +551,27 @@ func TestChannelCloseCrossingItsCloseOk(t *testing.T) {
 			c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
 			c.expect(0, classConnection, 51)
 		})
+	}
+}
+
+// TestServerVersionIsTheBinarysVersion: connection.start reports the version `warren version`
+// prints (both come from the version the binary was built with).
+func TestServerVersionIsTheBinarysVersion(t *testing.T) {
+	b := sharedBroker(t)
+	if b.external() {
+		t.Skip("needs the binary; not run against an external broker")
+	}
+	out, err := exec.Command(testEnv.bin, "version").Output()
+	if err != nil {
+		t.Fatalf("%s version: %v", testEnv.bin, err)
+	}
+	want, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "warren ")
+	if !ok || want == "" {
+		t.Fatalf("warren version printed %q; want \"warren <version>\"", out)
+	}
+	c := dialRaw(t, b.Addr)
+	c.sendHeader()
+	if got := c.readStart().props["version"]; got != want {
+		t.Errorf("connection.start version = %v; want %q as `warren version` prints", got, want)
 	}
 }

@@ -32,6 +32,10 @@ type Config struct {
 	// DiskFreeLimit is the free space on the data directory's file system below which publishers
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
+	// Version is the broker's version, reported in connection.start's server properties. cmd/warren
+	// sets it to the binary's own version (the one `warren version` prints), so the two cannot
+	// disagree; the default "dev" is what a broker built without a version reports.
+	Version string
 
 	// NodeID names this node in its cluster (default "warren").
 	NodeID string
@@ -57,5 +61,6 @@ func DefaultConfig() Config {
 		MemoryHighWatermark: 0.4,
 		ConsumerTimeout:     30 * time.Minute,
 		DiskFreeLimit:       50_000_000,
+		Version:             "dev",
 	}
 }

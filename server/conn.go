@@ -254,7 +254,7 @@ func (c *conn) handshake() error {
 		VersionMinor: 9,
 		ServerProperties: amqp.Table{
 			"product":      "Warren",
-			"version":      Version,
+			"version":      c.s.cfg.Version,
 			"platform":     "Go",
 			"copyright":    "Copyright (c) the Warren authors",
 			"information":  "Licensed under the Apache License 2.0",

@@ -17,9 +17,6 @@ import (
 	"warren/storage"
 )
 
-// Version is reported in connection.start's server properties.
-const Version = "0.1.0"
-
 // Server is a running broker.
 type Server struct {
 	cfg Config
@@ -74,6 +71,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = def.Version
 	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = def.DataDir

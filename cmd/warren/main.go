@@ -142,6 +142,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 					slog.SetDefault(logger)
 					cfg := server.DefaultConfig()
+					cfg.Version = version
 					cfg.AMQPListen = c.String("amqp-listen")
 					cfg.DataDir = c.String("data-dir")
 					cfg.MemoryHighWatermark = c.Float64("memory-high-watermark")
