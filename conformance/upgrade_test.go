@@ -23,6 +23,7 @@ import (
 //     each with the persistent messages q-0 .. q-4;
 //   - a stream up.s with s-0 .. s-9, and a named consumer c1 that acknowledged offsets 0 .. 4;
 //   - a quorum queue up.qq with qq-0 .. qq-2.
+//
 // The current binary must open it (migrating the metadata once, and saying so in its log) and
 // serve all of it; a second start must not migrate again.
 func TestUpgradeFromPreviousRelease(t *testing.T) {

@@ -33,9 +33,9 @@ type Config struct {
 	// DiskFreeLimit is the free space on the data directory's file system below which publishers
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
-
-	// Version is reported to clients (connection.start) and operators; cmd/warren sets it to the
-	// binary's version. Empty means DefaultVersion.
+	// Version is the broker's version, reported in connection.start's server properties. cmd/warren
+	// sets it to the binary's own version (the one `warren version` prints), so the two cannot
+	// disagree; the default "dev" is what a broker built without a version reports.
 	Version string
 
 	// QueueTypes are queue types added to the built-in classic, quorum and stream ones, by their
@@ -66,5 +66,6 @@ func DefaultConfig() Config {
 		MemoryHighWatermark: 0.4,
 		ConsumerTimeout:     30 * time.Minute,
 		DiskFreeLimit:       50_000_000,
+		Version:             "dev",
 	}
 }

@@ -21,10 +21,6 @@ import (
 	"warren/storage"
 )
 
-// DefaultVersion is the version reported when Config.Version is empty (tests, go run); the
-// command line sets Config.Version from the binary's version, so both are one value.
-const DefaultVersion = "0.1.0-dev"
-
 // Server is a running broker node.
 type Server struct {
 	cfg Config
@@ -63,11 +59,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Version == "" {
+		cfg.Version = def.Version
+	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = def.DataDir
-	}
-	if cfg.Version == "" {
-		cfg.Version = DefaultVersion
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)

@@ -259,6 +259,14 @@ func parseQueueArgs(name, vhost string, args amqp.Table, known func(string) bool
 		}
 	}
 	if st.quorum {
+		// RabbitMQ refuses the arguments of the other queue types (x-stream-filter-size-bytes is 4.x's).
+		for _, k := range [...]string{"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
+			"x-max-age", "x-stream-max-segment-size-bytes", "x-stream-filter-size-bytes", "x-initial-cluster-size"} {
+			if _, present := args[k]; present {
+				return st, amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for queue '%s' in vhost '%s' of queue type rabbit_quorum_queue",
+					k, name, vhost)
+			}
+		}
 		if _, set := args["x-delivery-limit"]; !set {
 			st.deliveryLimit = defaultQuorumDeliveryLimit
 		}

@@ -30,11 +30,12 @@ type pendingPublish struct {
 	body       []byte
 }
 
-func (p *pendingPublish) expecting() string {
+// interrupted is RabbitMQ's error for a frame other than the content this publish waits for.
+func (p *pendingPublish) interrupted() *amqp.Error {
 	if p.state == pubWantHeader {
-		return "header"
+		return amqp.Errorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
 	}
-	return "body"
+	return amqp.Errorf(amqp.UnexpectedFrame, "expected content body, got non content body frame instead")
 }
 
 // txAck is an ack, nack or reject buffered inside a transaction.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,11 @@ type conn struct {
 	quit          chan struct{} // closed by forceClose
 	credit        credit
 	peerCloses    bool // we sent close-ok: let the client close the socket first
+
+	// closedInRead are the channels the client closed since the reader last waited for the socket.
+	// RabbitMQ still holds such a channel closing while it handles the frames that came with the
+	// close: another channel.close gets another close-ok, anything else is dropped.
+	closedInRead []uint16
 }
 
 func newConn(s *Server, nc net.Conn, id uint64) *conn {
@@ -286,7 +292,7 @@ func (c *conn) handshake() error {
 	}
 	so, ok := m.(*amqp.ConnectionStartOk)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.start_ok', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("starting", m)
 	}
 	c.clientProps = so.ClientProperties
 	if capsV, ok := so.ClientProperties["capabilities"].(amqp.Table); ok {
@@ -326,7 +332,7 @@ func (c *conn) handshake() error {
 	}
 	to, ok := m.(*amqp.ConnectionTuneOk)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.tune_ok', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("tuning", m)
 	}
 	c.channelMax = c.s.cfg.ChannelMax
 	if to.ChannelMax != 0 {
@@ -359,7 +365,7 @@ func (c *conn) handshake() error {
 	}
 	op, ok := m.(*amqp.ConnectionOpen)
 	if !ok {
-		return amqp.Errorf(amqp.CommandInvalid, "expected 'connection.open', got '%s'", m.Name())
+		return unexpectedHandshakeMethod("opening", m)
 	}
 	v := c.s.core.VHost(op.VirtualHost)
 	if v == nil {
@@ -385,22 +391,19 @@ func (c *conn) writeNow(b []byte) error {
 	return err
 }
 
-// readHandshakeMethod reads the next method frame on channel 0, skipping heartbeats.
+// readHandshakeMethod reads the next method frame on channel 0, skipping heartbeats. Any other
+// frame, or one on another channel (a channel.open before connection.open), is 505 as in RabbitMQ.
 func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			return nil, err
 		}
-		switch f.Type {
-		case amqp.FrameHeartbeat:
-			continue
-		case amqp.FrameMethod:
-		default:
-			return nil, amqp.Errorf(amqp.UnexpectedFrame, "expected method frame, got frame type %d", f.Type)
+		if f.Channel != 0 || (f.Type != amqp.FrameMethod && f.Type != amqp.FrameHeartbeat) {
+			return nil, amqp.UnexpectedFrameError(f)
 		}
-		if f.Channel != 0 {
-			return nil, amqp.Errorf(amqp.ChannelError, "expected channel 0 during the handshake, got %d", f.Channel)
+		if f.Type == amqp.FrameHeartbeat {
+			continue
 		}
 		m, err := amqp.DecodeMethod(f.Payload)
 		if err != nil {
@@ -411,6 +414,14 @@ func (c *conn) readHandshakeMethod() (amqp.Method, error) {
 		}
 		return m, nil
 	}
+}
+
+// unexpectedHandshakeMethod is RabbitMQ's answer to a method other than the one the handshake
+// waits for in state ("starting", "tuning", "opening").
+func unexpectedHandshakeMethod(state string, m amqp.Method) *amqp.Error {
+	e := amqp.Errorf(amqp.ChannelError, "unexpected method in connection state %s", state)
+	e.ClassID, e.MethodID = m.ClassID(), m.MethodID()
+	return e
 }
 
 // parseCredentials decodes a PLAIN or AMQPLAIN start-ok response.
@@ -440,10 +451,17 @@ func parseCredentials(mechanism, response string) (user, pass string, err error)
 	}
 }
 
+// decodeError maps a method decoding error onto the connection.close RabbitMQ sends: 501 for
+// arguments that do not fill their frame, 540 for an unknown method, 502 for other malformed data
+// (a bad type tag in a field table, where RabbitMQ drops the connection).
 func decodeError(err error) *amqp.Error {
 	var ae *amqp.Error
 	if errors.As(err, &ae) {
 		return ae
+	}
+	var fe *amqp.FramingError
+	if errors.As(err, &fe) {
+		return fe.Reply()
 	}
 	var um *amqp.UnknownMethodError
 	if errors.As(err, &um) {
@@ -458,6 +476,7 @@ func (c *conn) readLoop() {
 		if c.fr.Buffered() == 0 {
 			// About to block on the socket: publish confirms for everything handled so far.
 			c.flushConfirms()
+			c.closedInRead = c.closedInRead[:0]
 		}
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -576,9 +595,6 @@ func (c *conn) forceClose(e *amqp.Error) {
 }
 
 func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
-	if len(f.Payload) < 4 {
-		return amqp.Errorf(amqp.FrameError, "method frame too short (%d bytes)", len(f.Payload))
-	}
 	cls := binary.BigEndian.Uint16(f.Payload)
 	mid := binary.BigEndian.Uint16(f.Payload[2:])
 	args := f.Payload[4:]
@@ -594,10 +610,16 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 	ch := c.channels[f.Channel]
 	if ch == nil {
 		if cls == amqp.ClassChannel && mid == 10 {
-			return c.openChannel(f.Channel)
+			return c.openChannel(f.Channel, args)
 		}
 		if cls == amqp.ClassChannel && mid == 41 {
 			return nil // a late close-ok, as RabbitMQ tolerates
+		}
+		if slices.Contains(c.closedInRead, f.Channel) {
+			if cls == amqp.ClassChannel && mid == 40 {
+				c.out.sendMethod(f.Channel, &amqp.ChannelCloseOk{})
+			}
+			return nil
 		}
 		if amqp.NewMethod(cls, mid) == nil {
 			return decodeError(&amqp.UnknownMethodError{ClassID: cls, MethodID: mid})
@@ -614,15 +636,15 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 				c.dropChannel(ch.id)
 			case 10:
 				c.dropChannel(ch.id)
-				return c.openChannel(f.Channel)
+				return c.openChannel(f.Channel, args)
 			}
 		}
 		return nil
 	}
 	if ch.pub.state != pubIdle {
-		return &amqp.Error{Code: amqp.UnexpectedFrame, ClassID: cls, MethodID: mid,
-			Text: fmt.Sprintf("UNEXPECTED_FRAME - expected content %s for class 60, got non content %s frame instead",
-				ch.pub.expecting(), ch.pub.expecting())}
+		err := ch.pub.interrupted()
+		err.ClassID, err.MethodID = amqp.ClassBasic, 40 // the publish, as RabbitMQ reports it
+		return err
 	}
 	err := ch.handleMethod(cls, mid, args)
 	if err != nil {
@@ -665,7 +687,10 @@ func (c *conn) handleConnectionMethod(payload []byte) *amqp.Error {
 	}
 }
 
-func (c *conn) openChannel(id uint16) *amqp.Error {
+func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
+	if err := new(amqp.ChannelOpen).Decode(args); err != nil {
+		return decodeError(err)
+	}
 	if len(c.channels) >= int(c.channelMax) {
 		return &amqp.Error{Code: amqp.NotAllowed, ClassID: amqp.ClassChannel, MethodID: 10,
 			Text: fmt.Sprintf("NOT_ALLOWED - number of channels opened (%d) has reached the negotiated channel_max (%d)",
@@ -673,6 +698,9 @@ func (c *conn) openChannel(id uint16) *amqp.Error {
 	}
 	ch := newChannel(c, id)
 	c.channels[id] = ch
+	if i := slices.Index(c.closedInRead, id); i >= 0 {
+		c.closedInRead = slices.Delete(c.closedInRead, i, i+1)
+	}
 	c.nChannels.Store(int32(len(c.channels)))
 	c.out.sendMethod(id, &amqp.ChannelOpenOk{})
 	return nil
@@ -689,13 +717,20 @@ func (c *conn) handleContentFrame(f amqp.Frame) *amqp.Error {
 		if f.Channel == 0 {
 			return amqp.Errorf(amqp.UnexpectedFrame, "content frame on channel 0")
 		}
+		if slices.Contains(c.closedInRead, f.Channel) {
+			return nil
+		}
 		return amqp.Errorf(amqp.ChannelError, "expected 'channel.open'")
 	}
 	if ch.closing {
 		return nil
 	}
+	publishing := ch.pub.state != pubIdle
 	err := ch.handleContent(f)
 	if err != nil {
+		if publishing && err.ClassID == 0 && err.MethodID == 0 {
+			err.ClassID, err.MethodID = amqp.ClassBasic, 40 // what failed is the publish, as RabbitMQ reports it
+		}
 		if err.Hard() {
 			return err
 		}

@@ -66,6 +66,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		ch.release()
 		ch.gone = true
 		c.dropChannel(ch.id)
+		c.closedInRead = append(c.closedInRead, ch.id)
 		c.out.sendMethod(ch.id, &amqp.ChannelCloseOk{})
 		return nil
 	case *amqp.ChannelCloseOk:
@@ -603,14 +604,14 @@ func (ch *channel) handleContent(f amqp.Frame) *amqp.Error {
 			if p.state == pubIdle {
 				return amqp.Errorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
 			}
-			return amqp.Errorf(amqp.UnexpectedFrame, "expected content body, got non content body frame instead")
+			return p.interrupted()
 		}
 		cls, size, props, err := amqp.ParseContentHeader(f.Payload)
 		if err != nil {
 			return amqp.Errorf(amqp.FrameError, "malformed content header: %v", err)
 		}
 		if cls != amqp.ClassBasic {
-			return amqp.Errorf(amqp.FrameError, "content header for class %d, expected 60", cls)
+			return amqp.Errorf(amqp.UnexpectedFrame, "expected content header for class 60, got one for class %d instead", cls)
 		}
 		if size > ch.c.s.cfg.MaxMessageSize {
 			p.state = pubIdle
@@ -629,7 +630,7 @@ func (ch *channel) handleContent(f amqp.Frame) *amqp.Error {
 			if p.state == pubIdle {
 				return amqp.Errorf(amqp.UnexpectedFrame, "expected method frame, got non method frame instead")
 			}
-			return amqp.Errorf(amqp.UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+			return p.interrupted()
 		}
 		if uint64(len(p.body))+uint64(len(f.Payload)) > p.bodySize {
 			return amqp.Errorf(amqp.FrameError, "content body is longer than the declared size %d", p.bodySize)
@@ -674,8 +675,11 @@ func (ch *channel) publishComplete() *amqp.Error {
 		}
 	}
 	if ch.tx {
-		// Check the exchange now, as RabbitMQ does, route at commit.
+		// Check the exchange and a direct reply-to now, as RabbitMQ does, route at commit.
 		if err := ch.c.vhost.CheckPublishExchange(msg.Exchange); err != nil {
+			return err
+		}
+		if err := ch.checkReplyTo(msg.Props); err != nil {
 			return err
 		}
 		ch.txPubs = append(ch.txPubs, &txPublish{msg: msg, mandatory: mandatory})
@@ -700,6 +704,22 @@ func (ch *channel) publishComplete() *amqp.Error {
 		out.release()
 	}
 	return err
+}
+
+// checkReplyTo refuses a publish whose reply-to asks for direct reply-to on a channel without a
+// reply consumer (route checks it again when it rewrites the property).
+func (ch *channel) checkReplyTo(rawProps []byte) *amqp.Error {
+	if len(rawProps) < 2 || rawProps[0]&byte(amqp.FlagReplyTo>>8) == 0 || ch.replyKey != "" {
+		return nil
+	}
+	props, err := amqp.DecodeProperties(rawProps)
+	if err != nil {
+		return amqp.Errorf(amqp.SyntaxError, "malformed content properties: %v", err)
+	}
+	if props.ReplyTo == replyToQueue {
+		return amqp.Errorf(amqp.PreconditionFailed, "fast reply consumer does not exist")
+	}
+	return nil
 }
 
 // route delivers a complete message to its queues, or returns it when mandatory and unroutable.
