@@ -392,7 +392,7 @@ type Response struct {
 	Code          ResponseCode
 }
 
-func (c *Response) Key() Key        { return c.Command.Command().Response() }
+func (c *Response) Key() Key      { return c.Command.Command().Response() }
 func (*Response) Version() uint16 { return Version1 }
 
 func (c *Response) Append(b []byte) ([]byte, error) {

@@ -261,7 +261,7 @@ type StreamsResponse struct {
 	Streams       []string
 }
 
-func (c *StreamsResponse) Key() Key        { return c.Command.Command().Response() }
+func (c *StreamsResponse) Key() Key      { return c.Command.Command().Response() }
 func (*StreamsResponse) Version() uint16 { return Version1 }
 
 func (c *StreamsResponse) Append(b []byte) ([]byte, error) {
