@@ -18,7 +18,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(fr[4:])
 	}
-	for _, fr := range capturedFramesF(f) {
+	for _, fr := range capturedFramesF() {
 		f.Add(fr[4:])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -78,7 +78,7 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-func capturedFramesF(f *testing.F) [][]byte {
+func capturedFramesF() [][]byte {
 	var out [][]byte
 	for _, fr := range readCaptured() {
 		raw, err := hex.DecodeString(fr)
