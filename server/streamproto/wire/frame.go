@@ -13,8 +13,8 @@ import (
 const minReadBuffer = 4096
 
 // Reader reads frames from a byte stream. It keeps one buffer, grown to the largest frame seen
-// (never beyond the maximum, and only as far as the frame's declared size), and reads ahead so
-// that many small frames cost one read call.
+// (never beyond the maximum, and only as the frame's bytes arrive), and reads ahead so that
+// many small frames cost one read call.
 //
 // A Reader is not safe for concurrent use; it belongs to the connection's read goroutine.
 type Reader struct {
@@ -79,29 +79,14 @@ func (r *Reader) ReadFrame() ([]byte, error) {
 
 const maxInt = int(^uint(0) >> 1)
 
-// fill makes sure at least n unconsumed bytes are buffered, growing the buffer to exactly what
-// is needed when n is more than it holds.
+// fill makes sure at least n unconsumed bytes are buffered. The buffer grows (doubling, never
+// beyond n) only as bytes arrive, so a peer that declares a large frame and sends nothing costs
+// no memory, and one that sends it costs at most its size.
 func (r *Reader) fill(n int) error {
-	if r.end-r.start >= n {
-		return nil
-	}
-	if len(r.buf)-r.start < n {
-		// Not enough room after start: move the unconsumed bytes to the front, growing when
-		// even the whole buffer is too small.
-		size := len(r.buf)
-		if size < n {
-			size = max(n, minReadBuffer)
-		}
-		buf := r.buf
-		if size != len(r.buf) {
-			buf = make([]byte, size)
-		}
-		copy(buf, r.buf[r.start:r.end])
-		r.end -= r.start
-		r.start = 0
-		r.buf = buf
-	}
 	for r.end-r.start < n {
+		if r.end == len(r.buf) {
+			r.makeRoom(n)
+		}
 		m, err := r.r.Read(r.buf[r.end:])
 		r.end += m
 		if r.end-r.start >= n {
@@ -118,6 +103,26 @@ func (r *Reader) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// makeRoom frees space after end: it moves the unconsumed bytes to the front, or, when they
+// already fill the buffer, grows it towards n.
+func (r *Reader) makeRoom(n int) {
+	if r.start > 0 {
+		copy(r.buf, r.buf[r.start:r.end])
+		r.end -= r.start
+		r.start = 0
+		if r.end < len(r.buf) {
+			return
+		}
+	}
+	size := max(minReadBuffer, min(n, 2*len(r.buf)))
+	if size <= len(r.buf) {
+		size = len(r.buf) + 1
+	}
+	buf := make([]byte, size)
+	copy(buf, r.buf[:r.end])
+	r.buf = buf
 }
 
 // Header is the part every frame starts with.

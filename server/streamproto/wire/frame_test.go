@@ -108,16 +108,25 @@ type neverEnding struct{}
 func (neverEnding) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 func TestReaderGrowsOnlyToTheClaim(t *testing.T) {
-	// A frame that claims 1 MB but whose bytes never come: the buffer is the claim, no more,
-	// and a raised limit after open applies to later frames.
+	// A frame that claims 1 MB but whose bytes never come: the buffer does not grow for it.
 	hdr := binary.BigEndian.AppendUint32(nil, 1<<20)
 	r := NewReader(bytes.NewReader(hdr), DefaultFrameMax)
 	if _, err := r.ReadFrame(); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err = %v", err)
 	}
+	if len(r.buf) > minReadBuffer {
+		t.Fatalf("buffer of %d bytes for a frame whose bytes never came", len(r.buf))
+	}
+	// When the bytes come, the buffer grows to the frame, no more.
+	big := append(hdr, make([]byte, 1<<20)...)
+	r = NewReader(bytes.NewReader(big), DefaultFrameMax)
+	if f, err := r.ReadFrame(); err != nil || len(f) != 1<<20 {
+		t.Fatalf("err = %v, %d bytes", err, len(f))
+	}
 	if len(r.buf) != 1<<20+4 {
 		t.Fatalf("buffer of %d bytes for a frame of %d", len(r.buf), 1<<20+4)
 	}
+	// A raised limit applies to the frames read after it.
 	r = NewReader(bytes.NewReader(frameOf(t, &Heartbeat{})), 4)
 	r.SetMaxFrameSize(8)
 	if r.MaxFrameSize() != 8 {
