@@ -332,3 +332,32 @@ func FuzzDecode(f *testing.F) {
 }
 
 var _ = math.MaxInt8
+
+func BenchmarkDecodeAndMapTo091(b *testing.B) {
+	raw := unhex(b, goClientFull)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		m, err := Decode(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ToAMQP091(m, "s", uint64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFromAMQP091Encode(b *testing.B) {
+	in := published310[1]
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		m, err := FromAMQP091(&in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := m.Encode(buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -154,7 +154,7 @@ func (p *Properties) fields() []any {
 // data sections, amqp-sequence sections or a single amqp-value. Data sections alias b.
 func Decode(b []byte) (*Message, error) {
 	m := &Message{}
-	seen := map[uint64]bool{}
+	var seen uint16 // bit (code - DescriptorHeader) per section seen
 	for off := 0; off < len(b); {
 		if b[off] != codeDescribed {
 			return nil, malformed("section at offset %d is not a described value (0x%02x)", off, b[off])
@@ -174,10 +174,11 @@ func Decode(b []byte) (*Message, error) {
 			return nil, fmt.Errorf("amqp10: section 0x%02x at offset %d: %w", code, off, d.err)
 		}
 		repeatable := code == DescriptorData || code == DescriptorAmqpSequence
-		if seen[code] && !repeatable {
+		bit := uint16(1) << (code - DescriptorHeader)
+		if seen&bit != 0 && !repeatable {
 			return nil, malformed("section 0x%02x appears twice", code)
 		}
-		seen[code] = true
+		seen |= bit
 		if err := m.setSection(code, val, b[start:d.off]); err != nil {
 			return nil, err
 		}
