@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,13 @@ func FuzzDecode(f *testing.F) {
 	}
 	for _, fr := range capturedFramesF() {
 		f.Add(fr[4:])
+	}
+	for _, line := range strings.Split(readFiles(clientFile), "\n") {
+		if fs := strings.Fields(line); len(fs) == 3 && !strings.HasPrefix(line, "#") {
+			if raw, err := hex.DecodeString(fs[2]); err == nil {
+				f.Add(raw[4:])
+			}
+		}
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		c, err := Decode(frame)
