@@ -9,7 +9,8 @@
 //
 // Values of the type system are Go values:
 //
-//	null nil           boolean bool       ubyte uint8     ushort uint16    uint uint32
+//	null nil           boolean bool (Boolean for the 0x56 form)             ubyte uint8
+//	ushort uint16      uint uint32
 //	ulong uint64       byte int8          short int16     int int32        long int64
 //	float float32      double float64     decimal32/64/128 Decimal32/64/128
 //	char Char          timestamp Timestamp (ms since the epoch)             uuid UUID

@@ -328,3 +328,22 @@ func walk(t *testing.T, c Chunk) {
 		rest = next
 	}
 }
+
+func BenchmarkBuildAndParse(b *testing.B) {
+	var bl Builder
+	rec := bytes.Repeat([]byte("m"), 12)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		bl.Reset(ChunkUser, uint64(i)*100, 1, 1, 0)
+		for j := 0; j < 100; j++ {
+			bl.Add(rec, nil)
+		}
+		stored, err := bl.Finish()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := Parse(stored); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
