@@ -128,7 +128,7 @@ func (b *Builder) AddTracking(typ uint8, id []byte, value uint64) error {
 }
 
 func (b *Builder) addFilter(v []byte) {
-	if v == nil {
+	if len(v) == 0 { // no filter value (osiris inserts <<>>: bit 0)
 		setBloomBit(b.bloom, 0) // bit 0: the chunk has records without a filter value
 		return
 	}

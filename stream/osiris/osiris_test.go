@@ -347,3 +347,59 @@ func BenchmarkBuildAndParse(b *testing.B) {
 		}
 	}
 }
+
+// TestPhash2 checks the bloom filter's hashes against erlang:phash2 (values printed by erl:
+// erlang:phash2(V, 1 bsl 32) and erlang:phash2([V], 1 bsl 32), and with ranges 127 and 2039).
+func TestPhash2(t *testing.T) {
+	cases := []struct {
+		v           string
+		h27, l27    uint32 // phash2/1 (the hash masked to 27 bits)
+		r127, l2039 uint32
+	}{
+		{"eu", 41639428, 77685158, 13, 1643},
+		{"us", 58961473, 59420817, 20, 591},
+		{"a", 112802447, 53691870, 100, 1027},
+		{"hello world, a longer value!", 42579771, 47922541, 112, 97},
+		{"0123456789ab", 115360506, 119280432, 6, 1317},
+		{"0123456789abc", 67923675, 56666097, 14, 594},
+		{"\xff\x00\x80", 70739353, 80491239, 103, 540},
+	}
+	for _, tc := range cases {
+		v := []byte(tc.v)
+		h, l := phash2Binary(v), phash2ListOfBinary(v)
+		if h&(1<<27-1) != tc.h27 || l&(1<<27-1) != tc.l27 || h%127 != tc.r127 || l%2039 != tc.l2039 {
+			t.Errorf("%q: phash2 %d/%d, [V] %d/%d; want %d/%d, %d/%d", tc.v, h&(1<<27-1), h%127, l&(1<<27-1), l%2039, tc.h27, tc.r127, tc.l27, tc.l2039)
+		}
+	}
+	if h, l := phash2Binary([]byte("eu")), phash2ListOfBinary([]byte("eu")); h != 3128647172 || l != 1151426982 {
+		t.Errorf("full 32-bit hashes %d %d", h, l)
+	}
+}
+
+// TestBloomBitsAsOsiris: the filter of a chunk with values "eu" and "us" (and then also an
+// unfiltered record) has the bits osiris_bloom sets, computed with erl from phash2.
+func TestBloomBitsAsOsiris(t *testing.T) {
+	for _, tc := range []struct {
+		unfiltered bool
+		want       string
+	}{
+		{false, "08020440000000000000000000000000"},
+		{true, "88020440000000000000000000000000"},
+	} {
+		var b Builder
+		b.Reset(ChunkUser, 0, 0, 0, 16)
+		b.Add([]byte("1"), []byte("eu"))
+		b.Add([]byte("2"), []byte("us"))
+		if tc.unfiltered {
+			b.Add([]byte("3"), nil)
+		}
+		stored, _ := b.Finish()
+		c, _, err := Parse(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hex.EncodeToString(c.Bloom); got != tc.want {
+			t.Errorf("unfiltered=%v: bloom %s, want %s", tc.unfiltered, got, tc.want)
+		}
+	}
+}
