@@ -6,6 +6,9 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 FUZZ_TARGETS := FuzzReadFrame FuzzDecodeMethod FuzzDecodeTable FuzzDecodeProperties
+# package:target pairs outside ./amqp/ (the stream protocol codec, osiris chunks, AMQP 1.0 messages)
+FUZZ_PKG_TARGETS := ./server/streamproto/wire:FuzzDecode ./server/streamproto/wire:FuzzReader \
+	./stream/osiris:FuzzParse ./amqp/amqp10:FuzzDecode
 # Packages tested by `make unit`: everything except the black-box conformance tests, which
 # `make conformance` runs against the built binary.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/conformance$$')
@@ -18,7 +21,7 @@ help:
 	@echo "make test         gofmt check, go vet, unit tests with -race, then make conformance"
 	@echo "make conformance  black-box tests against $(BIN): ours, amqp091-go's, the client suites, Celery"
 	@echo "                 REF=amqp://guest:guest@127.0.0.1:5682/ also runs them against RabbitMQ and diffs"
-	@echo "make fuzz         run each amqp fuzz target for FUZZTIME (default 60s)"
+	@echo "make fuzz         run each fuzz target (amqp, stream protocol, osiris, amqp10) for FUZZTIME (default 60s)"
 	@echo "make gen          regenerate amqp/zz_spec091.go from the XML spec"
 	@echo "make bench        S1-S9 against bin/warren and the reference RabbitMQ; writes docs/benchmarks.md"
 	@echo "make clean        remove bin/"
@@ -68,6 +71,11 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $$t for $(FUZZTIME)"; \
 		$(GO) test ./amqp/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
+	@for pt in $(FUZZ_PKG_TARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "== $$p $$t for $(FUZZTIME)"; \
+		$(GO) test $$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
 
 gen:
