@@ -105,8 +105,8 @@ func (r *Registry) Route(dst []string, exchangeName, routingKey string, extraKey
 		work = work[:len(work)-1]
 		a.matched, a.xs = 0, a.xs[:0]
 		dst, a = routeOne(dst, a, x, routingKey, extraKeys, headers)
-		if a.matched == 0 && x.alternate != "" {
-			if ae := r.exchanges[x.alternate]; ae != nil && ae.Name != "" {
+		if alt := x.alternateExchange(); a.matched == 0 && alt != "" {
+			if ae := r.exchanges[alt]; ae != nil && ae.Name != "" {
 				a.xs = append(a.xs, ae)
 			}
 		}

@@ -6,7 +6,9 @@
 //
 // Lock order (outermost first): VHost.mu -> exchange.Registry's lock; VHost.mu -> a queue's own
 // locks (queue types never call back into the core while holding theirs: Hooks run unlocked).
-// Broker.mu (the vhost map) is never held while a VHost lock is taken.
+// Broker.mu (the vhost map) is never held while a VHost lock is taken. accessState.mu,
+// Broker.policyMu and VHost.xpolMu are leaves (VHost.xpolMu is released before the exchange
+// registry is called).
 package core
 
 import (
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"warren/server/cluster"
+	"warren/server/policy"
 	"warren/server/queue"
 	"warren/storage"
 )
@@ -40,6 +43,11 @@ type Options struct {
 	ConsumerTimeout time.Duration
 	// Types are the queue types by x-queue-type value ("classic", "quorum", "stream").
 	Types []queue.Type
+	// DefaultUser and DefaultPass are the user created, tagged administrator with full
+	// permissions on "/", when the node or cluster is first bootstrapped ("" creates none).
+	DefaultUser, DefaultPass string
+	// LoopbackUsers may log in only from a loopback address (RabbitMQ's loopback_users).
+	LoopbackUsers []string
 }
 
 // Broker is the broker core of one node.
@@ -61,6 +69,10 @@ type Broker struct {
 
 	conns  connRegistry
 	alarms atomic.Pointer[Alarms]
+
+	access   accessState
+	policies atomic.Pointer[policy.Set]
+	policyMu sync.Mutex // serialises changes of policies (the metadata group applies one at a time anyway)
 
 	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
 	nextConsumerID atomic.Uint64
@@ -94,7 +106,8 @@ func New(opts Options) (*Broker, error) {
 	rand.Read(e[:])
 	b.epoch = binary.BigEndian.Uint16(e[:])
 	b.nextConsumerID.Store(uint64(b.tag)<<48 | uint64(b.epoch)<<32)
-	b.vhosts["/"] = newVHost(b, "/")
+	b.access.init()
+	b.policies.Store(policy.NewSet())
 
 	b.wg.Add(1)
 	go b.runJanitor()
@@ -106,6 +119,7 @@ func New(opts Options) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	b.bootstrapAccess()
 	return b, nil
 }
 

@@ -163,7 +163,10 @@ func (b *Broker) applyOp(op metaOp, rec []byte, batch *storage.Batch) {
 			}
 		}
 	default:
-		err = fmt.Errorf("unknown metadata command %d", op)
+		var known bool
+		if known, err = b.applyAccessOp(op, rec, batch); !known {
+			err = fmt.Errorf("unknown metadata command %d", op)
+		}
 	}
 	if err != nil {
 		b.log.Error("metadata command not applied", "op", op, "err", err)
@@ -180,10 +183,14 @@ func (b *Broker) vhostFor(name string) *VHost {
 }
 
 func (v *VHost) applyPutExchange(r ExchangeRecord, batch *storage.Batch) {
-	if _, _, err := v.ex.Declare(r.Name, r.Type, true, r.AutoDelete, r.Internal, false, r.Args); err != nil {
+	_, created, err := v.ex.Declare(r.Name, r.Type, true, r.AutoDelete, r.Internal, false, r.Args)
+	if err != nil {
 		// Two nodes declared it differently at once: the first one applied wins.
 		v.b.log.Warn("replicated exchange declaration not applied", "vhost", v.name, "exchange", r.Name, "err", err.Text)
 		return
+	}
+	if created {
+		v.matchExchange(r.Name)
 	}
 	batch.Set(r.key(), r.encode())
 }
@@ -280,8 +287,10 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &metaSnapshot{view: view, applied: f.b.applied.Load()}, nil
 }
 
-// replicatedKinds are the record kinds the metadata group replicates.
-var replicatedKinds = [...]byte{kindExchange, kindQueue, kindBinding}
+// replicatedKinds are the record kinds the metadata group replicates, in the order a snapshot
+// restore puts them (a vhost before what is in it, a user before its permissions).
+var replicatedKinds = [...]byte{kindInit, kindVHost, kindUser, kindPermission, kindTopicPerm, kindLimits,
+	kindPolicy, kindOperatorPolicy, kindExchange, kindQueue, kindBinding}
 
 // Persist implements raft.FSMSnapshot: magic, applied index, then (key, value) pairs with
 // uvarint lengths, ending with an empty key.
@@ -341,32 +350,53 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	var batch storage.Batch
-	// Deletions first (bindings, then queues, then exchanges), then every record of the snapshot
-	// is put (putting what is already there changes nothing).
-	for _, kind := range [...]byte{kindBinding, kindQueue, kindExchange} {
+	// Deletions first, contents before their containers (bindings, queues, exchanges, policies,
+	// permissions, users, vhosts), then every record of the snapshot is put in replicatedKinds'
+	// order (putting what is already there changes nothing).
+	deleteOps := []struct {
+		kind byte
+		op   metaOp
+	}{{kindBinding, opUnbind}, {kindQueue, opDeleteQueue}, {kindExchange, opDeleteExchange},
+		{kindPolicy, opDeletePolicy}, {kindOperatorPolicy, opDeletePolicy}, {kindTopicPerm, opDeleteTopicPermission},
+		{kindPermission, opDeletePermission}, {kindLimits, opPutLimits}, {kindUser, opDeleteUser}, {kindVHost, opDeleteVHost}}
+	for _, d := range deleteOps {
 		for k, val := range have {
-			if k[1] != kind {
+			if k[1] != d.kind {
 				continue
 			}
-			if nv, ok := want[k]; ok && (string(nv) == string(val) || kind == kindBinding) {
+			if nv, ok := want[k]; ok && (string(nv) == string(val) || d.kind == kindBinding) {
 				continue
 			}
-			switch kind {
-			case kindBinding:
-				b.applyOp(opUnbind, val, &batch)
-			case kindQueue:
-				b.applyOp(opDeleteQueue, val, &batch)
-			case kindExchange:
-				b.applyOp(opDeleteExchange, val, &batch)
+			if _, ok := want[k]; ok && d.kind != kindQueue && d.kind != kindExchange {
+				continue // changed, not gone: the put below replaces it
+			}
+			switch d.kind {
+			case kindLimits:
+				vhost, _, err := decodeLimits(val)
+				if err == nil {
+					b.applyPutLimits(vhost, nil, &batch)
+				}
+			default:
+				b.applyOp(d.op, val, &batch)
 			}
 		}
 	}
+	putOps := map[byte]metaOp{kindVHost: opPutVHost, kindUser: opPutUser, kindPermission: opPutPermission,
+		kindTopicPerm: opPutTopicPermission, kindLimits: opPutLimits, kindPolicy: opPutPolicy, kindOperatorPolicy: opPutPolicy,
+		kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}
 	for _, kind := range replicatedKinds {
-		op := map[byte]metaOp{kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}[kind]
 		for k, val := range want {
-			if k[1] == kind {
-				b.applyOp(op, val, &batch)
+			if k[1] != kind {
+				continue
 			}
+			if kind == kindInit {
+				b.restoreInit(&batch)
+				continue
+			}
+			if string(have[k]) == string(val) && kind != kindExchange && kind != kindQueue && kind != kindBinding {
+				continue
+			}
+			b.applyOp(putOps[kind], val, &batch)
 		}
 	}
 	b.applied.Store(applied)

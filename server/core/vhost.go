@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"warren/amqp"
 	"warren/exchange"
+	"warren/server/policy"
 	"warren/storage"
 )
 
@@ -33,6 +35,11 @@ type VHost struct {
 	mu            sync.RWMutex
 	queues        map[string]*Queue
 	queueExistsFn func(string) bool // v.queueExists, allocated once (Route runs per publish)
+
+	deleted atomic.Bool // the vhost was deleted: connections to it are being closed
+
+	xpolMu sync.Mutex
+	xpol   map[string]policy.Match // exchanges' policies, by name (none: absent)
 }
 
 // Owner identifies the connection that owns an exclusive queue (the session's connection
@@ -47,6 +54,9 @@ func newVHost(b *Broker, name string) *VHost {
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }
+
+// Deleted reports whether the vhost was deleted (its connections are being closed).
+func (v *VHost) Deleted() bool { return v.deleted.Load() }
 
 func (v *VHost) queueExists(name string) bool {
 	_, ok := v.queues[name] // called by Route while v.mu is read-locked
@@ -143,7 +153,10 @@ type ExchangeDecl struct {
 // every node before it returns.
 func (v *VHost) DeclareExchange(ctx context.Context, d ExchangeDecl) *amqp.Error {
 	if !d.Durable || d.Passive {
-		_, _, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
+		_, created, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
+		if created {
+			v.matchExchange(d.Name)
+		}
 		return err
 	}
 	x, err := v.ex.Check(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, false, d.Args)
