@@ -138,10 +138,10 @@ func (a *accessState) init() {
 
 // --- records -------------------------------------------------------------------------------
 
-func userKey(name string) []byte   { return append([]byte{storage.PrefixMeta, kindUser}, name...) }
-func vhostKey(name string) []byte  { return append([]byte{storage.PrefixMeta, kindVHost}, name...) }
+func userKey(name string) []byte    { return append([]byte{storage.PrefixMeta, kindUser}, name...) }
+func vhostKey(name string) []byte   { return append([]byte{storage.PrefixMeta, kindVHost}, name...) }
 func limitsKey(vhost string) []byte { return appendLP([]byte{storage.PrefixMeta, kindLimits}, vhost) }
-func initKey() []byte              { return []byte{storage.PrefixMeta, kindInit} }
+func initKey() []byte               { return []byte{storage.PrefixMeta, kindInit} }
 
 func permKey(vhost, user string) []byte { return metaKey(kindPermission, vhost, user) }
 
@@ -705,6 +705,12 @@ func (b *Broker) LoginExternal(name string, remote net.Addr) (Principal, error) 
 		err = auth.CheckLoopback("EXTERNAL", name, b.opts.LoopbackUsers, remote)
 	}
 	return b.loginResult(u, name, remote, err)
+}
+
+// LoginRefused logs and counts a login the session refused itself (an EXTERNAL login without a
+// usable certificate).
+func (b *Broker) LoginRefused(name string, remote net.Addr, err error) {
+	b.loginResult(nil, name, remote, err)
 }
 
 func (b *Broker) loginResult(u *User, name string, remote net.Addr, err error) (Principal, error) {

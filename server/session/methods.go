@@ -8,6 +8,7 @@ import (
 
 	"warren/amqp"
 	"warren/exchange"
+	"warren/server/auth"
 	"warren/server/core"
 	"warren/server/queue"
 )
@@ -80,23 +81,39 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		c.out.sendMethod(ch.id, &amqp.ChannelFlowOk{Active: true})
 		return nil
 	case *amqp.ExchangeDeclare:
+		if !m.Passive {
+			if err := ch.checkExchangeDeclare(m); err != nil {
+				return err
+			}
+		}
 		if err := c.vhost.DeclareExchange(ctx, core.ExchangeDecl{Name: m.Exchange, Type: m.Type, Passive: m.Passive,
 			Durable: m.Durable, AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments}); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeclareOk{})
 	case *amqp.ExchangeDelete:
+		if m.Exchange != "" && !strings.HasPrefix(m.Exchange, "amq.") {
+			if err := aclErr(ch.acl.ExchangeDelete(m.Exchange)); err != nil {
+				return err
+			}
+		}
 		if err := c.vhost.DeleteExchange(ctx, m.Exchange, m.IfUnused); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeleteOk{})
 	case *amqp.ExchangeBind:
+		if err := ch.checkBinding(auth.Exchange, m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		b := exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange, Key: m.RoutingKey, Args: m.Arguments}
 		if err := c.vhost.Bind(ctx, b, c); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeBindOk{})
 	case *amqp.ExchangeUnbind:
+		if err := ch.checkBinding(auth.Exchange, m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		b := exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange, Key: m.RoutingKey, Args: m.Arguments}
 		if err := c.vhost.Unbind(ctx, b, c); err != nil {
 			return err
@@ -109,7 +126,14 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	case *amqp.QueueUnbind:
 		return ch.queueBind(m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false, false)
 	case *amqp.QueuePurge:
-		q, err := ch.useQueue(m.Queue)
+		name, err := ch.resolveQueueName(m.Queue)
+		if err != nil {
+			return err
+		}
+		if err := aclErr(ch.acl.QueuePurge(name)); err != nil {
+			return err
+		}
+		q, err := ch.useQueue(name)
 		if err != nil {
 			return err
 		}
@@ -236,6 +260,16 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			return err
 		}
 	}
+	if !d.Passive && (d.ServerNamed || !strings.HasPrefix(d.Name, "amq.")) {
+		if err := aclErr(ch.acl.QueueDeclare(d.Name)); err != nil {
+			return err
+		}
+		if dlx, ok := m.Arguments["x-dead-letter-exchange"].(string); ok && c.vhost.Queue(d.Name) == nil {
+			if err := aclErr(ch.acl.DeadLetterExchange(d.Name, dlx)); err != nil {
+				return err
+			}
+		}
+	}
 	q, err := c.vhost.DeclareQueue(context.Background(), d, c)
 	if err != nil {
 		return err
@@ -268,6 +302,9 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 	if strings.HasPrefix(qname, replyToQueue) {
 		return amqp.Errorf(amqp.AccessRefused, "cannot bind or unbind to a volatile (direct reply-to) queue")
 	}
+	if err := ch.checkBinding(auth.Queue, qname, exName, key); err != nil {
+		return err
+	}
 	b := exchange.Binding{Source: exName, Dest: qname, DestKind: exchange.ToQueue, Key: key, Args: args}
 	if bind {
 		if err := c.vhost.Bind(context.Background(), b, c); err != nil {
@@ -286,6 +323,9 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	c := ch.c
 	name, err := ch.resolveQueueName(m.Queue)
 	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.QueueDelete(name)); err != nil {
 		return err
 	}
 	q := c.vhost.Queue(name)
@@ -316,7 +356,14 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m, tag)
 	}
-	q, err := ch.useQueue(m.Queue)
+	qname, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.Consume(qname)); err != nil {
+		return err
+	}
+	q, err := ch.useQueue(qname)
 	if err != nil {
 		return err
 	}
@@ -403,7 +450,14 @@ func (ch *channel) kickConsumers() {
 }
 
 func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
-	q, err := ch.useQueue(m.Queue)
+	qname, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.Get(qname)); err != nil {
+		return err
+	}
+	q, err := ch.useQueue(qname)
 	if err != nil {
 		return err
 	}
@@ -657,6 +711,9 @@ func (ch *channel) publishComplete() *amqp.Error {
 	}
 	mandatory := p.mandatory
 	*p = pendingPublish{}
+	if err := ch.checkPublish(msg.Exchange, msg.RoutingKey, msg.Props); err != nil {
+		return err
+	}
 	if len(msg.Props) >= 2 && msg.Props[0]&byte((amqp.FlagPriority|amqp.FlagExpiration)>>8) != 0 {
 		props, err := amqp.DecodeProperties(msg.Props)
 		if err != nil {
