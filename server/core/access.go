@@ -451,7 +451,7 @@ func (b *Broker) applyDeleteVHost(name string, batch *storage.Batch) {
 		return
 	}
 	v.deleted.Store(true)
-	b.CloseAll(amqp.ConnectionForced, fmt.Sprintf("vhost '%s' is down", name), func(ci ConnectionInfo) bool { return ci.VHost == name })
+	b.CloseAll(amqp.ConnectionForced, fmt.Sprintf("vhost '%s' is deleted", name), func(ci ConnectionInfo) bool { return ci.VHost == name })
 	for _, q := range v.Queues() {
 		v.removeQueue(q, batch)
 	}
