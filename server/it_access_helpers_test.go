@@ -129,7 +129,7 @@ func (a *admin) doAs(user, pass, method, path string, body any) (int, []byte) {
 	}
 	req.SetBasicAuth(user, pass)
 	req.Header.Set("Content-Type", "application/json")
-	client := http.Client{Timeout: 30 * time.Second}
+	client := http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
