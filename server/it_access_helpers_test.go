@@ -197,3 +197,12 @@ func (a *admin) getJSON(path string, out any) int {
 	}
 	return st
 }
+
+// jsonReason reports whether a JSON error body has this reason.
+func jsonReason(body []byte, want string) bool {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil {
+		return false
+	}
+	return m["reason"] == want
+}

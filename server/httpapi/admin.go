@@ -24,7 +24,10 @@ import (
 // maxBody bounds a request body (a definitions file included).
 const maxBody = 64 << 20
 
+// badRequest answers 400 with reason, its < and > escaped as RabbitMQ's management API does
+// (rabbit_mgmt_format:escape_html_tags): policy texts carry Erlang binaries such as <<"x">>.
 func badRequest(w http.ResponseWriter, reason string) {
+	reason = strings.NewReplacer("<", "&lt;", ">", "&gt;").Replace(reason)
 	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad_request", "reason": reason})
 }
 
