@@ -70,7 +70,10 @@ func TestITPermissionRules(t *testing.T) {
 		{"queue.declare allowed", func(ch *itChan) error { _, err := ch.QueueDeclare("cfg.q", false, true, false, false, nil); return err }, 0, ""},
 		{"server-named queue needs configure on amq.gen-*", func(ch *itChan) error { _, err := ch.QueueDeclare("", false, true, true, false, nil); return err },
 			403, ""},
-		{"passive declare needs nothing", func(ch *itChan) error { _, err := ch.QueueDeclarePassive("other.q", false, false, false, false, nil); return err }, 0, ""},
+		{"passive declare needs nothing", func(ch *itChan) error {
+			_, err := ch.QueueDeclarePassive("other.q", false, false, false, false, nil)
+			return err
+		}, 0, ""},
 		{"exchange.declare needs configure", func(ch *itChan) error { return ch.ExchangeDeclare("x.x", "direct", false, true, false, false, nil) },
 			403, e.refused("exchange", "x.x")},
 		{"dead-letter exchange needs write on it", func(ch *itChan) error {
@@ -91,7 +94,10 @@ func TestITPermissionRules(t *testing.T) {
 			fmt.Sprintf("PRECONDITION_FAILED - user_id property set to 'someone' but authenticated user was '%s'", e.user)},
 		{"publish on a topic exchange needs topic write", pub("amq.topic", "denied.k", amqp.Publishing{}), 403,
 			fmt.Sprintf("ACCESS_REFUSED - access to topic 'denied.k' in exchange 'amq.topic' in vhost '%s' refused for user '%s'", e.vhost, e.user)},
-		{"basic.consume needs read", func(ch *itChan) error { _, err := ch.Consume("other.q", "", true, false, false, false, nil); return err },
+		{"basic.consume needs read", func(ch *itChan) error {
+			_, err := ch.Consume("other.q", "", true, false, false, false, nil)
+			return err
+		},
 			403, e.refused("queue", "other.q")},
 		{"basic.get needs read", func(ch *itChan) error { _, _, err := ch.Get("other.q", true); return err },
 			403, e.refused("queue", "other.q")},

@@ -1,14 +1,20 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server"
 )
 
 // rabbitExport returns RabbitMQ 3.10.8's export (server/definitions/testdata) without what
@@ -155,4 +161,39 @@ func TestITExportImportRoundTrip(t *testing.T) {
 		t.Fatalf("queue not imported: %v", err)
 	}
 	b.queueWithPolicy(v, "app.q", "ttl")
+}
+
+// TestITLoadDefinitionsAtBoot: --load-definitions imports a file at boot; a file that cannot
+// be imported stops the boot with the reason.
+func TestITLoadDefinitionsAtBoot(t *testing.T) {
+	if againstRabbitMQ() {
+		t.Skip("starts brokers of its own")
+	}
+	dir := t.TempDir()
+	good := dir + "/good.json"
+	if err := os.WriteFile(good, []byte(`{"users":[{"name":"booted","password":"boot-pass","tags":""}],
+		"vhosts":[{"name":"bootv"}],"permissions":[{"user":"booted","vhost":"bootv","configure":".*","write":".*","read":".*"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startInProcessConfig(t, func(cfg *server.Config) { cfg.LoadDefinitions = good })
+	c := mustDial(t, strings.Replace(url, "guest:guest@", "booted:boot-pass@", 1)+"bootv")
+	mustChannel(t, c)
+
+	bad := dir + "/bad.json"
+	if err := os.WriteFile(bad, []byte(`{"queues":[{"name":"q","vhost":"nope","durable":true}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.AMQPListen = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.LoadDefinitions = bad
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if s, err := server.New(cfg); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+		t.Fatal("a broker booted with a definitions file naming a missing vhost")
+	} else if !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("boot error %v, want the reason (vhost nope)", err)
+	}
 }

@@ -392,6 +392,7 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen strin
 		case <-ctx.Done():
 			done = true
 		case <-hup:
+			failed := false
 			for _, reload := range []func() error{srv.ReloadTLS, func() error {
 				if httpsTLS == nil {
 					return nil
@@ -399,10 +400,13 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen strin
 				return httpsTLS.Reload()
 			}} {
 				if err := reload(); err != nil {
+					failed = true
 					cfg.Logger.Error("SIGHUP: TLS certificates not reloaded", "err", err)
 				}
 			}
-			cfg.Logger.Info("SIGHUP: TLS certificates reloaded")
+			if !failed {
+				cfg.Logger.Info("SIGHUP: TLS certificates reloaded")
+			}
 		}
 	}
 	stop() // a second signal now kills the process the default way

@@ -414,7 +414,7 @@ func (b *Broker) applyPutVHost(info *VHostInfo, batch *storage.Batch) {
 	a.vhostInfo[info.Name] = &cp
 	a.mu.Unlock()
 	batch.Set(vhostKey(info.Name), encodeVHost(info))
-	if created {
+	if created && !b.recovering {
 		b.log.Info("vhost created", "vhost", info.Name)
 	}
 }
@@ -487,7 +487,7 @@ func (b *Broker) applyPutUser(u *User, batch *storage.Batch) {
 	a.users[u.Name] = u
 	a.mu.Unlock()
 	batch.Set(userKey(u.Name), encodeUser(u))
-	if !existed {
+	if !existed && !b.recovering {
 		b.log.Info("user created", "user", u.Name, "tags", strings.Join(u.Tags, ","))
 	}
 }

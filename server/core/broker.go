@@ -70,9 +70,10 @@ type Broker struct {
 	conns  connRegistry
 	alarms atomic.Pointer[Alarms]
 
-	access   accessState
-	policies atomic.Pointer[policy.Set]
-	policyMu sync.Mutex // serialises changes of policies (the metadata group applies one at a time anyway)
+	recovering bool // set while recover runs (New's goroutine, before anything else runs)
+	access     accessState
+	policies   atomic.Pointer[policy.Set]
+	policyMu   sync.Mutex // serialises changes of policies (the metadata group applies one at a time anyway)
 
 	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
 	nextConsumerID atomic.Uint64

@@ -16,6 +16,8 @@ import (
 // recovers its own stored messages when it is opened), then bindings. A data directory written
 // with format-1 records is migrated first.
 func (b *Broker) recover() error {
+	b.recovering = true
+	defer func() { b.recovering = false }()
 	if err := b.migrate(); err != nil {
 		return err
 	}
