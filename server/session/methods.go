@@ -526,7 +526,7 @@ func (ch *channel) settle(a txAck) *amqp.Error {
 	if ch.tx {
 		// Validate now so an unknown tag fails at once, apply at commit.
 		ch.mu.Lock()
-		known := a.tag == 0 && a.multiple || ch.unacked.find(a.tag) >= 0 || (a.multiple && a.tag <= ch.nextTag)
+		known := a.tag == 0 && a.multiple || ch.unacked.find(a.tag) >= 0
 		ch.mu.Unlock()
 		if !known {
 			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", a.tag)
@@ -551,11 +551,14 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 		if a.tag == 0 {
 			entries = ch.unacked.takeAll(entries)
 		} else {
-			entries = ch.unacked.takeUpTo(entries, a.tag)
-			if len(entries) == 0 && a.tag > ch.nextTag {
+			// As RabbitMQ's collect_acks: the tag itself must be unacknowledged, even when
+			// earlier ones are (ack(82, multiple) with only tag 1 outstanding is 406).
+			if _, revoked := ch.revoked[a.tag]; !revoked && ch.unacked.find(a.tag) < 0 {
 				ch.mu.Unlock()
 				return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", a.tag)
 			}
+			delete(ch.revoked, a.tag)
+			entries = ch.unacked.takeUpTo(entries, a.tag)
 		}
 	} else {
 		e, ok := ch.unacked.take(a.tag)
