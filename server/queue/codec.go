@@ -454,7 +454,8 @@ const stateSnapshotVersion byte = 2
 //	dead        list of the recorded dead letters in sequence order: seq, dead letter
 //	machine     the machine snapshot (snapshot.go)
 //
-// A window is: max, last, a bits byte (1 if allocated) and then dedupeWindow/64 u64 (little-endian).
+// A window is: max, last, an allocated byte, then the runs of recorded sequence numbers counted
+// down from max (a list of gap since the previous run, run length).
 // A dead letter is: id, reason byte, delivery count, flags byte, size, has-message byte, message.
 
 // AppendSnapshot appends an exact encoding of s to dst: equal states give equal bytes, and
@@ -510,35 +511,66 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	return ids
 }
 
+// appendWindow writes a dedupe window as runs of recorded sequence numbers, newest first: a
+// producer's window is usually one run, a few bytes instead of a dedupeWindow-bit map.
 func appendWindow(dst []byte, w *seqWindow) []byte {
 	dst = binary.AppendUvarint(dst, w.max)
 	dst = binary.AppendUvarint(dst, w.last)
-	if w.bits == nil {
-		return append(dst, 0)
+	var runs [][2]uint64 // (gap since the previous run's end, length), by distance below max
+	if w.bits != nil {
+		span := min(uint64(dedupeWindow), w.max+1)
+		var end uint64
+		for k := uint64(0); k < span; {
+			if !w.has(w.max - k) {
+				k++
+				continue
+			}
+			start := k
+			for k < span && w.has(w.max-k) {
+				k++
+			}
+			runs = append(runs, [2]uint64{start - end, k - start})
+			end = k
+		}
 	}
-	dst = append(dst, 1)
-	for _, x := range w.bits {
-		dst = binary.LittleEndian.AppendUint64(dst, x)
+	dst = append(dst, snapBool(w.bits != nil))
+	dst = binary.AppendUvarint(dst, uint64(len(runs)))
+	for _, r := range runs {
+		dst = binary.AppendUvarint(dst, r[0])
+		dst = binary.AppendUvarint(dst, r[1])
 	}
 	return dst
 }
 
+// has reports whether the window holds seq (within the window's range).
+func (w *seqWindow) has(seq uint64) bool {
+	i := seq % dedupeWindow
+	return w.bits[i/64]&(1<<(i%64)) != 0
+}
+
 func (r *snapReader) window() *seqWindow {
 	w := &seqWindow{max: r.uvarint("window max"), last: r.uvarint("window last")}
-	switch r.u8("window bits") {
+	switch r.u8("window allocated") {
 	case 0:
 	case 1:
-		if len(r.b) < dedupeWindow/8 {
-			r.fail("window: truncated")
-			return w
-		}
 		w.bits = make([]uint64, dedupeWindow/64)
-		for i := range w.bits {
-			w.bits[i] = binary.LittleEndian.Uint64(r.b[i*8:])
-		}
-		r.b = r.b[dedupeWindow/8:]
 	default:
-		r.fail("window bits")
+		r.fail("window allocated")
+	}
+	n := r.count("window runs", 2)
+	span := min(uint64(dedupeWindow), w.max+1)
+	var end uint64
+	for i := 0; i < n && r.err == nil; i++ {
+		gap, length := r.uvarint("window gap"), r.uvarint("window run")
+		if w.bits == nil || length == 0 || (i > 0 && gap == 0) || gap > span || length > span || end+gap+length > span {
+			r.fail("window run %d+%d at %d of %d", gap, length, end, span)
+			break
+		}
+		for k := end + gap; k < end+gap+length; k++ {
+			i := (w.max - k) % dedupeWindow
+			w.bits[i/64] |= 1 << (i % 64)
+		}
+		end += gap + length
 	}
 	return w
 }

@@ -65,8 +65,9 @@ const (
 	// dlxBatch and dlxMaxInflight bound the dead letters the leader hands over at a time.
 	dlxBatch       = 128
 	dlxMaxInflight = 1024
-	// dlxRetry is how long the leader waits before handing over dead letters whose targets failed.
-	dlxRetry = time.Second
+	// defaultDLXRetry is how long the leader waits before handing over again dead letters whose
+	// targets failed.
+	defaultDLXRetry = time.Second
 )
 
 // quorumSnapshotVersion is the first byte of Quorum.Snapshot; version 1 was the previous
@@ -116,6 +117,7 @@ type Quorum struct {
 	dlxInflight map[uint64]bool
 	dlxGen      uint64
 	dlxRetryAt  time.Time
+	dlxRetry    time.Duration
 
 	kick chan struct{}
 	quit chan struct{}
@@ -151,6 +153,7 @@ func OpenQuorum(cfg OpenConfig, qc QuorumConfig) (*Quorum, error) {
 		slots:     make(chan struct{}, quorumMaxInflight),
 		s:         NewState(StateConfig{Config: cfg.Lifecycle, Replicated: true, Source: cfg.ID}),
 		consumers: make(map[ConsumerID]*quorumConsumer),
+		dlxRetry:  defaultDLXRetry,
 		kick:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -865,7 +868,7 @@ func (q *Quorum) deadLettered(gen uint64, seqs []uint64, err error) {
 			"messages", len(seqs), "err", err)
 		q.mu.Lock()
 		if q.dlxGen == gen {
-			q.dlxRetryAt = time.Now().Add(dlxRetry)
+			q.dlxRetryAt = time.Now().Add(q.dlxRetry)
 		}
 		q.mu.Unlock()
 		release()
@@ -873,7 +876,15 @@ func (q *Quorum) deadLettered(gen uint64, seqs []uint64, err error) {
 		return
 	}
 	q.propose(&Command{Type: CmdDeadLettered, Seqs: seqs}, func(perr error) {
-		// Applied: the records are gone. Not applied: hand them over again (the targets dedupe).
+		// Applied: the records are gone. Not applied: hand them over again later (the targets
+		// drop what they already have).
+		if perr != nil {
+			q.mu.Lock()
+			if q.dlxGen == gen {
+				q.dlxRetryAt = time.Now().Add(q.dlxRetry)
+			}
+			q.mu.Unlock()
+		}
 		release()
 		if perr != nil {
 			q.Kick()
