@@ -25,7 +25,9 @@ type memCluster struct {
 	// fail, if set, fails a node's proposal (before it is applied) when it returns true.
 	fail    func(node int, cmd *Command) bool
 	applied []Command // every command applied, decoded (for assertions)
-	done    chan struct{}
+	// cut lists replicas that miss the log (a follower cut off); they catch up with a snapshot.
+	cut  map[int]bool
+	done chan struct{}
 }
 
 type proposal struct {
@@ -141,7 +143,7 @@ func (c *memCluster) run() {
 			return
 		}
 		p := c.log[0]
-		rs, leader, twice := c.replicas, c.leader, c.twice
+		rs, leader, twice, cut := c.replicas, c.leader, c.twice, c.cut
 		c.mu.Unlock()
 		var resp []byte
 		for n := 0; n < 1+boolInt(twice); n++ {
@@ -155,6 +157,9 @@ func (c *memCluster) run() {
 			}
 			c.mu.Unlock()
 			for i, q := range rs {
+				if cut[i] {
+					continue
+				}
 				// With twice, the proposer gets the retry's answer, as after a lost leadership.
 				if out := q.Apply(idx, p.cmd); i == leader {
 					resp = out

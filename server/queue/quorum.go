@@ -112,6 +112,9 @@ type Quorum struct {
 	// the replicated state; reaping marks those whose removal is proposed and not yet answered.
 	stale   []ConsumerID
 	reaping map[ConsumerID]bool
+	// lost are local consumers the replicated state dropped (a node reset of this node while it
+	// was cut off): the dispatcher tells them CancelUnavailable.
+	lost []Consumer
 	// Dead-letter hand-over (leader): the records handed over and not yet removed, by sequence
 	// number; dlxGen changes with leadership and snapshots so that late callbacks are ignored.
 	dlxInflight map[uint64]bool
@@ -133,6 +136,10 @@ type quorumConsumer struct {
 	granted  uint64     // the highest credit total proposed
 	handed   uint64     // deliveries handed to c (or taken back)
 	timedOut bool       // told CancelTimeout; the session cancels it
+	// out holds the unsettled deliveries handed to c (message id -> delivery count), so that
+	// after a snapshot is installed the node hands over what the state assigned in the log it
+	// skipped, and nothing twice.
+	out map[uint64]uint32
 }
 
 // OpenQuorum creates this node's replica of a replicated queue and starts its dispatcher. Its
@@ -355,13 +362,22 @@ func (q *Quorum) Cancel(id ConsumerID) bool {
 
 // Settle implements Queue: the settlement is proposed and applied on every replica; a failure to
 // commit is logged (the deliveries stay unacknowledged until their consumer's node resets them).
-func (q *Quorum) Settle(_ ConsumerID, op SettleOp, tags []Tag) error {
+func (q *Quorum) Settle(id ConsumerID, op SettleOp, tags []Tag) error {
 	if int(op) >= len(settleCommands) {
 		return fmt.Errorf("queue: unknown settle operation %d", op)
 	}
 	if len(tags) == 0 {
 		return nil
 	}
+	q.mu.Lock()
+	if cc := q.consumers[id]; cc != nil && cc.out != nil {
+		for _, t := range tags {
+			if n, ok := cc.out[t.ID]; ok && n == t.Count {
+				delete(cc.out, t.ID)
+			}
+		}
+	}
+	q.mu.Unlock()
 	q.propose(&Command{Type: settleCommands[op], Tags: tags}, nil)
 	return nil
 }
@@ -554,6 +570,15 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	fx.Reset()
 	q.s.Apply(&q.cmd, now, fx)
 	kick := q.route(fx.Deliveries) || fx.DeadRecorded > 0 || q.expiry != fx.NextExpiry
+	if q.cmd.Type == CmdNodeReset && q.cmd.Node == q.node {
+		for id, cc := range q.consumers {
+			if !cc.pending && !q.s.m.hasConsumer(id) {
+				q.lost = append(q.lost, cc.c)
+				delete(q.consumers, id)
+				kick = true
+			}
+		}
+	}
 	q.expiry, q.hasExpiry = fx.NextExpiry, fx.HasExpiry
 	var resp []byte
 	switch q.cmd.Type {
@@ -635,15 +660,53 @@ func (q *Quorum) Restore(snap []byte) error {
 	q.mu.Lock()
 	q.s, q.applied = s, applied
 	q.outbox, q.stale, q.reaping = nil, nil, nil
-	for _, cc := range q.consumers {
-		cc.held = nil
-	}
+	q.reconcileLocked()
 	q.expiry, q.hasExpiry = s.m.nextExpiry()
 	q.dlxGen++
 	q.dlxInflight = nil
 	q.mu.Unlock()
 	q.Kick()
 	return nil
+}
+
+// reconcileLocked brings this node's consumers in line with a state installed from a snapshot
+// (q.mu held): the deliveries the state assigned to them that they were never handed (the log
+// this node skipped) go to the outbox, or wait for basic.consume-ok; consumers the state no
+// longer has (the leader reset this node while it was cut off) are dropped and told by the
+// dispatcher (lost).
+func (q *Quorum) reconcileLocked() {
+	owned := make(map[ConsumerID][]Delivery)
+	for uid, u := range q.s.m.unacked {
+		if u.owner != nil && q.consumers[u.owner.spec.ID] != nil && q.s.m.consumers[u.owner.spec.ID] == u.owner {
+			owned[u.owner.spec.ID] = append(owned[u.owner.spec.ID], Delivery{Consumer: u.owner.spec.ID, ID: uid,
+				Msg: u.msg, Redelivered: u.redelivered, DeliveryCount: u.count})
+		}
+	}
+	for id, cc := range q.consumers {
+		cc.held = nil
+		if !q.s.m.hasConsumer(id) {
+			if !cc.pending { // a pending consume's command may still be ahead in the log
+				q.lost = append(q.lost, cc.c)
+				delete(q.consumers, id)
+			}
+			continue
+		}
+		ds := owned[id]
+		slices.SortFunc(ds, func(a, b Delivery) int { return cmpID(a.ID, b.ID) })
+		keep := make(map[uint64]uint32, len(ds))
+		for _, d := range ds {
+			if n, ok := cc.out[d.ID]; ok && n == d.DeliveryCount {
+				keep[d.ID] = n
+				continue
+			}
+			if cc.pending {
+				cc.held = append(cc.held, d)
+			} else {
+				q.outbox = append(q.outbox, d)
+			}
+		}
+		cc.out = keep
+	}
 }
 
 // timeout is the consumer timeout of a consumer in the replicated state: this node times out its
@@ -719,8 +782,8 @@ func (q *Quorum) dispatch() {
 				}
 			}
 		}
-		stale := q.stale
-		q.stale = nil
+		stale, lost := q.stale, q.lost
+		q.stale, q.lost = nil, nil
 		out, q.outbox = q.outbox, out[:0]
 		targets = targets[:0]
 		for _, d := range out {
@@ -742,6 +805,9 @@ func (q *Quorum) dispatch() {
 		for _, c := range late {
 			c.Cancelled(q, CancelTimeout)
 		}
+		for _, c := range lost {
+			c.Cancelled(q, CancelUnavailable)
+		}
 		for _, id := range stale {
 			// Detach it and give its messages back; until that is applied, a new delivery to it
 			// proposes nothing more (reaping), and a failed proposal is made again at the next one.
@@ -758,7 +824,6 @@ func (q *Quorum) dispatch() {
 					back = append(back, d.Tag()) // the consumer went away meanwhile
 				}
 			}
-			out[i] = Delivery{}
 		}
 		if len(back) > 0 {
 			q.propose(&Command{Type: CmdReturn, Tags: back}, nil)
@@ -767,8 +832,14 @@ func (q *Quorum) dispatch() {
 		for i := range out {
 			if cc := targets[i]; cc != nil {
 				cc.handed++
+				if d := &out[i]; !d.Settled && !slices.Contains(back, d.Tag()) {
+					if cc.out == nil {
+						cc.out = make(map[uint64]uint32)
+					}
+					cc.out[d.ID] = d.DeliveryCount
+				}
 			}
-			targets[i] = nil
+			out[i], targets[i] = Delivery{}, nil
 		}
 		q.mu.Unlock()
 		q.grantCredit()

@@ -597,3 +597,40 @@ func TestQuorumReadsVersion1(t *testing.T) {
 		t.Fatalf("basic.get owner of the version 1 snapshot: %v", got)
 	}
 }
+
+// A follower cut off from the log catches up from a snapshot: it hands its consumers what the
+// state assigned them meanwhile (and nothing twice), and tells a consumer the state dropped.
+func TestQuorumRestoreReconcilesConsumers(t *testing.T) {
+	c := newCluster(t)
+	a := c.add(t, OpenConfig{}, false)
+	b := c.add(t, OpenConfig{}, false)
+	kept, dropped := &tconsumer{}, &tconsumer{}
+	consume(t, b, ConsumeSpec{ID: cid(1, 1), Prefetch: 10}, kept)
+	publishOK(t, a, body("before"))
+	waitFor(t, "first delivery", func() bool { return kept.count() == 1 })
+	consume(t, b, ConsumeSpec{ID: cid(1, 2), Prefetch: 10}, dropped)
+	c.mu.Lock()
+	c.cut = map[int]bool{1: true}
+	c.mu.Unlock()
+	for i := range 4 {
+		publishOK(t, a, body(fmt.Sprint("gap", i))) // assigned on the log B misses
+	}
+	// The leader resets one of B's consumers (say, by an older epoch's rule) while B is cut off.
+	a.Apply(0, AppendCommand(nil, &Command{Type: CmdCancel, Consumer: cid(1, 2), GiveBack: true}, nowMs()))
+	if err := b.Restore(a.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the gap's deliveries handed over", func() bool { return kept.count() == 1+4 })
+	waitFor(t, "the dropped consumer told", func() bool { return len(dropped.cancels()) == 1 })
+	if got := dropped.cancels(); got[0] != CancelUnavailable {
+		t.Fatalf("cancel reason %v", got)
+	}
+	var bodies []string
+	for _, d := range kept.deliveries() {
+		bodies = append(bodies, string(d.Msg.Body))
+	}
+	slices.Sort(bodies)
+	if !slices.Equal(bodies, []string{"before", "gap0", "gap1", "gap2", "gap3"}) {
+		t.Fatalf("kept consumer got %v", bodies)
+	}
+}
