@@ -95,12 +95,18 @@ type Classic struct {
 	done chan struct{}
 
 	// dmu is held while ready messages are checked out and handed to consumers, by the dispatcher
-	// or by a publisher delivering inline, so that each consumer gets them in queue order. dcmd,
-	// dfx and targets are the buffers of that work.
+	// or by a publisher delivering inline, so that each consumer gets them in queue order. dcmd
+	// (the checkout command, never changed), dfx and targets are the buffers of that work.
 	dmu     sync.Mutex
 	dcmd    Command
 	dfx     Effects
 	targets []Consumer
+
+	// pcmd, scmd and fx are the publish and settle commands and their effects, reused under mu
+	// (hot paths allocate nothing); what must run after the lock is released is copied out, which
+	// only dead letters and stored messages need.
+	pcmd, scmd Command
+	fx         Effects
 
 	// pending holds bodies of paged messages whose record is not yet committed.
 	pmu     sync.Mutex
@@ -127,6 +133,8 @@ func OpenClassic(cfg OpenConfig) (*Classic, error) {
 		q.pageWindow = x.PageWindow
 	}
 	q.s.reserve = q.reserve
+	q.dcmd = Command{Type: CmdCheckout, Max: checkoutBatch}
+	q.pcmd = Command{Type: CmdEnqueue}
 	q.timeoutFn = func(ConsumerID) int64 { return q.consumerTimeout }
 	if cfg.Recovered && q.db != nil {
 		if err := q.recover(); err != nil {
@@ -280,11 +288,25 @@ func (q *Classic) rewriteLocked(fx *Effects) {
 // (their bodies are loaded from the records), then the deletes of the records of messages that
 // left. The hook's republishing is submitted to storage before the deletes, so a crash in between
 // can duplicate a dead-lettered message but never lose it.
-func (q *Classic) runEffects(fx *Effects) {
-	if len(fx.Dead) > 0 {
-		q.handleDead(fx.Dead)
+func (q *Classic) runEffects(fx *Effects) { q.runLeft(fx.Dead, fx.forget) }
+
+func (q *Classic) runLeft(dead []Dead, forget []stored) {
+	if len(dead) > 0 {
+		q.handleDead(dead)
 	}
-	q.forget(fx.forget)
+	q.forget(forget)
+}
+
+// leftOver copies out of the shared q.fx (q.mu held) what runLeft needs after the lock is
+// released: usually nothing.
+func (q *Classic) leftOver() (dead []Dead, forget []stored) {
+	if len(q.fx.Dead) > 0 {
+		dead = append([]Dead(nil), q.fx.Dead...)
+	}
+	if len(q.fx.forget) > 0 {
+		forget = append([]stored(nil), q.fx.forget...)
+	}
+	return dead, forget
 }
 
 // handleDead loads the bodies of dead messages and hands them to the dead-letter hook.
@@ -393,7 +415,6 @@ func (q *Classic) deliverReady(all bool) (closed bool) {
 			return true
 		}
 		fx.Reset()
-		q.dcmd = Command{Type: CmdCheckout, Max: checkoutBatch}
 		q.s.Apply(&q.dcmd, now, fx)
 		q.flow.release(q.s.m.ready, len(q.consumers), q.closed)
 		ds := fx.Deliveries
@@ -494,8 +515,8 @@ func (q *Classic) Publish(msg *Message, done Done) PublishStatus {
 		finish(done, ErrGone)
 		return Gone
 	}
-	cmd := Command{Type: CmdEnqueue, Msg: msg}
 	var flags uint8
+	offload := false
 	if q.db != nil {
 		if q.durable && msg.Persistent {
 			flags = flagStored
@@ -504,7 +525,7 @@ func (q *Classic) Publish(msg *Message, done Done) PublishStatus {
 			if flags == 0 {
 				flags = flagPaged
 			}
-			cmd.Offload = true
+			offload = true
 		}
 	}
 	var deadline int64
@@ -513,13 +534,17 @@ func (q *Classic) Publish(msg *Message, done Done) PublishStatus {
 			flags |= flagMeta
 		}
 	}
-	cmd.Flags = flags
-	var fx Effects
-	q.s.Apply(&cmd, now, &fx)
-	if fx.Reply.Status == Rejected || fx.Reply.Duplicate {
+	cmd, fx := &q.pcmd, &q.fx
+	cmd.Msg, cmd.Flags, cmd.Offload = msg, flags, offload
+	fx.Reset()
+	q.s.Apply(cmd, now, fx)
+	cmd.Msg = nil
+	dead, forget := q.leftOver()
+	if r := &fx.Reply; r.Status == Rejected || r.Duplicate {
+		dup := r.Duplicate
 		q.mu.Unlock()
-		q.runEffects(&fx)
-		if fx.Reply.Duplicate {
+		q.runLeft(dead, forget)
+		if dup {
 			finish(done, nil) // a dead letter this queue already took
 			return Accepted
 		}
@@ -529,18 +554,18 @@ func (q *Classic) Publish(msg *Message, done Done) PublishStatus {
 	id := fx.Reply.ID
 	async := flags != 0
 	if async {
-		q.write(msg, id, flags, deadline, cmd.Offload, done)
+		q.write(msg, id, flags, deadline, offload, done)
 	}
 	cfg := &q.s.m.cfg
 	// A message with a deadline may need the dispatcher's timer even with no consumer around.
-	wake := len(q.consumers) > 0 || len(fx.Dead) > 0 || msg.ExpiresAt != 0 || cfg.MessageTTL >= 0
+	wake := len(q.consumers) > 0 || len(dead) > 0 || msg.ExpiresAt != 0 || cfg.MessageTTL >= 0
 	// A message that is alone in the queue, with no timer to set, goes to a consumer from here
 	// (when no one else is delivering): handing it to the dispatcher goroutine would cost a
 	// thread wake-up, a good part of an idle broker's delivery latency.
-	inline := wake && len(fx.Dead) == 0 && msg.ExpiresAt == 0 && cfg.MessageTTL < 0 && q.s.m.ready == 1
+	inline := wake && len(dead) == 0 && msg.ExpiresAt == 0 && cfg.MessageTTL < 0 && q.s.m.ready == 1
 	throttle := q.flow.throttle(q.s.m.ready, len(q.consumers))
 	q.mu.Unlock()
-	q.runEffects(&fx)
+	q.runLeft(dead, forget)
 	if !async {
 		finish(done, nil)
 	}
@@ -551,7 +576,9 @@ func (q *Classic) Publish(msg *Message, done Done) PublishStatus {
 	case wake:
 		q.Kick()
 	}
-	q.flow.wait(throttle)
+	if throttle != nil {
+		q.flow.wait(throttle)
+	}
 	return Accepted
 }
 
@@ -645,18 +672,22 @@ func (q *Classic) Settle(_ ConsumerID, op SettleOp, tags []Tag) error {
 	return nil
 }
 
-// apply runs a settlement command and its effects.
+// apply runs a settlement command and its effects. Settlements take no time in a classic state
+// (it is not Replicated), so the clock is not read: on the ack path that is a good part of the cost.
 func (q *Classic) apply(t CommandType, tags []Tag) {
-	var fx Effects
-	cmd := Command{Type: t, Tags: tags}
 	q.mu.Lock()
-	q.s.Apply(&cmd, nowMs(), &fx)
-	q.rewriteLocked(&fx)
+	cmd, fx := &q.scmd, &q.fx
+	cmd.Type, cmd.Tags = t, tags
+	fx.Reset()
+	q.s.Apply(cmd, 0, fx)
+	cmd.Tags = nil
+	q.rewriteLocked(fx)
+	dead, forget := q.leftOver()
 	// Freed prefetch room matters only if messages wait; otherwise the dispatcher's wake-up
 	// would be wasted (its timers only move later when deliveries are settled).
 	kick := q.s.m.ready > 0
 	q.mu.Unlock()
-	q.runEffects(&fx)
+	q.runLeft(dead, forget)
 	if kick {
 		q.Kick()
 	}

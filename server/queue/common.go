@@ -72,11 +72,8 @@ func (g *flowGate) release(ready, consumers int, closed bool) {
 	}
 }
 
-// wait blocks a publisher on ch (from throttle) for at most flowMaxWait.
+// wait blocks a publisher on ch (from throttle, not nil) for at most flowMaxWait.
 func (g *flowGate) wait(ch chan struct{}) {
-	if ch == nil {
-		return
-	}
 	t := time.NewTimer(flowMaxWait)
 	select {
 	case <-ch:

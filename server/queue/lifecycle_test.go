@@ -907,32 +907,33 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 // BenchmarkPublishCheckoutAtTTL measures the lifecycle path: publish with a queue TTL, checkout at
 // a time (recording it for consumer timeouts), ack.
 func BenchmarkPublishCheckoutAtTTL(b *testing.B) {
-	m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 60_000; c.MaxLength = 1000 }))
-	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 100})
+	s := newBenchState(cfgWith(func(c *Config) { c.MessageTTL = 60_000; c.MaxLength = 1000 }),
+		Command{Type: CmdConsume, Consumer: 1, Prefetch: 100})
 	msg := &Message{Body: make([]byte, 64)}
-	dst := make([]Delivery, 0, 1)
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		m.Publish(msg, 64, 0, now)
-		dst, _ = m.CheckoutAt(dst[:0], 0, nil, now)
-		m.Settle(dst[0].ID)
+		s.enqueue(msg, now)
+		d := s.checkout(0, now)[0]
+		s.settle(&s.ack, d.Tag())
 	}
 }
 
 // BenchmarkExpireBehindLongLived measures expiring short-TTL messages stuck behind a long-lived
 // head, which RabbitMQ only expires at the head.
 func BenchmarkExpireBehindLongLived(b *testing.B) {
-	m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 1000 }))
-	m.Publish(&Message{ExpiresAt: 1 << 62}, 0, 0, t0)
+	s := newBenchState(cfgWith(func(c *Config) { c.MessageTTL = 1000 }))
+	s.enqueue(&Message{ExpiresAt: 1 << 62}, t0)
 	msg := &Message{Body: make([]byte, 64)}
+	tick := Command{Type: CmdTick}
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		m.Publish(msg, 64, 0, now)
-		m.Expire(now)
+		s.enqueue(msg, now)
+		s.fx.Reset()
+		s.s.Apply(&tick, now, &s.fx)
 	}
 }
 

@@ -466,27 +466,41 @@ func (m *machine) take(tag Tag, final bool) (entry, bool) {
 		return entry{}, false
 	}
 	delete(m.unacked, id)
-	if c := u.owner; c != nil {
-		c.unacked--
-		if c.group != nil && !c.active && c.eligible() {
-			c.active = true
-			c.group.ring.PushBack(c)
-		}
-		if c == m.sacActive && m.sacQuiescing && c.unacked == 0 {
-			m.sacUpdate()
-		}
-	}
+	m.released(u.owner)
 	if final && u.timed {
 		m.untrack(id)
 	}
 	return u.entry, true
 }
 
+// released gives a consumer back the credit of a delivery that was settled or returned.
+func (m *machine) released(c *consumer) {
+	if c == nil {
+		return
+	}
+	c.unacked--
+	if c.group != nil && !c.active && c.eligible() {
+		c.active = true
+		c.group.ring.PushBack(c)
+	}
+	if c == m.sacActive && m.sacQuiescing && c.unacked == 0 {
+		m.sacUpdate()
+	}
+}
+
 // settle (ack) forgets an unacked delivery and returns the message's flags. It returns false if
-// tag is not an unacked delivery.
+// tag is not an unacked delivery. It is take without copying the entry out: the ack path.
 func (m *machine) settle(tag Tag) (flags uint8, ok bool) {
-	e, ok := m.take(tag, true)
-	return e.flags, ok
+	u, ok := m.unacked[tag.ID]
+	if !ok || (tag.Count != u.count && tag.Count != anyCount) {
+		return 0, false
+	}
+	delete(m.unacked, tag.ID)
+	m.released(u.owner)
+	if u.timed {
+		m.untrack(tag.ID)
+	}
+	return u.flags, true
 }
 
 // requeue puts a message taken from the unacked set back among the ready ones and returns it as

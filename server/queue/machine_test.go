@@ -1211,39 +1211,80 @@ func compare(t *testing.T, step int, m *driver, md *model) {
 	checkConsumers(t, m)
 }
 
+// benchState is a State driven the way the classic queue drives it: one reused Command per
+// kind and one reused Effects.
+type benchState struct {
+	s                  *State
+	enq, co, ack, back Command
+	fx                 Effects
+	tag                [1]Tag
+}
+
+func newBenchState(cfg Config, consumers ...Command) *benchState {
+	b := &benchState{s: NewState(StateConfig{Config: cfg})}
+	for i := range consumers {
+		b.s.Apply(&consumers[i], 0, &b.fx)
+	}
+	b.co = Command{Type: CmdCheckout}
+	b.ack = Command{Type: CmdSettle, Tags: b.tag[:]}
+	b.back = Command{Type: CmdReturn, Tags: b.tag[:]}
+	return b
+}
+
+func (b *benchState) enqueue(msg *Message, now int64) {
+	b.enq = Command{Type: CmdEnqueue, Msg: msg}
+	b.fx.Reset()
+	b.s.Apply(&b.enq, now, &b.fx)
+}
+
+func (b *benchState) checkout(max int, now int64) []Delivery {
+	b.co.Max = max
+	b.fx.Reset()
+	b.s.Apply(&b.co, now, &b.fx)
+	return b.fx.Deliveries
+}
+
+func (b *benchState) settle(cmd *Command, t Tag) {
+	b.tag[0] = t
+	var fx Effects
+	b.s.Apply(cmd, 0, &fx)
+}
+
 func BenchmarkEnqueueCheckoutSettle(b *testing.B) {
-	m := newDriver(DefaultConfig())
-	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 100})
+	s := newBenchState(DefaultConfig(), Command{Type: CmdConsume, Consumer: 1, Prefetch: 100})
 	msg := &Message{Body: make([]byte, 64)}
-	dst := make([]Delivery, 0, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Enqueue(msg)
-		dst = m.Checkout(dst[:0], 0, nil)
-		m.Settle(dst[0].ID)
+		s.enqueue(msg, 0)
+		d := s.checkout(0, 0)[0]
+		s.settle(&s.ack, d.Tag())
 	}
 }
 
 // BenchmarkBacklog measures one message through a queue holding a 100k-message backlog, delivered in
 // batches of 64 to four round-robin consumers with prefetch 64 and a reserve callback.
 func BenchmarkBacklog(b *testing.B) {
-	m := newDriver(DefaultConfig())
+	var cs []Command
 	for id := range ConsumerID(4) {
-		m.AddConsumer(ConsumerSpec{ID: id + 1, Prefetch: 64})
+		cs = append(cs, Command{Type: CmdConsume, Consumer: id + 1, Prefetch: 64})
 	}
+	s := newBenchState(DefaultConfig(), cs...)
 	msg := &Message{Body: make([]byte, 64)}
 	for range 100_000 {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 	}
-	reserve := func(ConsumerID) bool { return true }
-	dst := make([]Delivery, 0, 64)
+	s.s.reserve = func(ConsumerID) bool { return true }
+	var tags []Tag
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 		if i%64 == 63 {
-			dst = m.Checkout(dst[:0], 64, reserve)
-			for _, d := range dst {
-				m.Settle(d.ID)
+			tags = tags[:0]
+			for _, d := range s.checkout(64, 0) {
+				tags = append(tags, d.Tag())
+			}
+			for _, t := range tags {
+				s.settle(&s.ack, t)
 			}
 		}
 	}
@@ -1251,19 +1292,24 @@ func BenchmarkBacklog(b *testing.B) {
 
 // BenchmarkReturnRedeliver measures requeueing: 1000 unacked messages are returned and redelivered.
 func BenchmarkReturnRedeliver(b *testing.B) {
-	m := newDriver(DefaultConfig())
-	m.AddConsumer(ConsumerSpec{ID: 1})
+	s := newBenchState(DefaultConfig(), Command{Type: CmdConsume, Consumer: 1})
 	msg := &Message{}
 	for range 1000 {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 	}
-	dst := m.Checkout(nil, 0, nil)
+	tags := make([]Tag, 0, 1000)
+	for _, d := range s.checkout(0, 0) {
+		tags = append(tags, d.Tag())
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		for i := len(dst) - 1; i >= 0; i-- {
-			m.Return(dst[i].ID)
+		for i := len(tags) - 1; i >= 0; i-- {
+			s.settle(&s.back, tags[i])
 		}
-		dst = m.Checkout(dst[:0], 0, nil)
+		tags = tags[:0]
+		for _, d := range s.checkout(0, 0) {
+			tags = append(tags, d.Tag())
+		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(dst)), "ns/msg")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tags)), "ns/msg")
 }

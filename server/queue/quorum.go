@@ -265,7 +265,9 @@ func (q *Quorum) Publish(msg *Message, done Done) PublishStatus {
 		}
 		finish(done, err)
 	})
-	q.flow.wait(throttle)
+	if throttle != nil {
+		q.flow.wait(throttle)
+	}
 	return Accepted
 }
 

@@ -234,7 +234,9 @@ type rewrite struct {
 func (fx *Effects) Reset() {
 	clear(fx.Deliveries)
 	clear(fx.Dead)
-	*fx = Effects{Deliveries: fx.Deliveries[:0], Dead: fx.Dead[:0], forget: fx.forget[:0], rewrite: fx.rewrite[:0]}
+	fx.Reply = Reply{}
+	fx.Deliveries, fx.Dead, fx.forget, fx.rewrite = fx.Deliveries[:0], fx.Dead[:0], fx.forget[:0], fx.rewrite[:0]
+	fx.DeadRecorded, fx.NextExpiry, fx.HasExpiry = 0, 0, false
 }
 
 // StateConfig configures a State.
@@ -319,7 +321,9 @@ func (s *State) Consumers() int { return len(s.m.consumers) }
 func (s *State) DeadLetters() int { return s.dlxLive }
 
 // Apply applies cmd at time now (Unix ms) and appends its effects to fx (see Effects). Unknown
-// command types change nothing.
+// command types change nothing. Only Enqueue, Get, Tick and Checkout read the time of a state that
+// is not Replicated (settlements, consume and cancel do not); a Replicated state applies every
+// command at the latest time it has seen, and checks out after it.
 func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 	if s.replicated {
 		now = max(now, s.now)
@@ -383,7 +387,9 @@ func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 		s.checkout(0, nil, now, fx)
 		fx.NextExpiry, fx.HasExpiry = m.nextExpiry()
 	}
-	s.deadEffects(dead0, fx)
+	if len(fx.Dead) != dead0 {
+		s.deadEffects(dead0, fx)
+	}
 }
 
 // enqueue applies CmdEnqueue.
@@ -472,7 +478,9 @@ func evictLRU[V any](m map[uint64]V, last func(V) uint64) {
 
 // settled does the bookkeeping of a message that was acknowledged.
 func (s *State) settled(id uint64, flags uint8, fx *Effects) {
-	delete(s.getOwner, id)
+	if s.getOwner != nil {
+		delete(s.getOwner, id)
+	}
 	if flags != 0 {
 		fx.forget = append(fx.forget, stored{id, flags})
 	}
@@ -671,9 +679,6 @@ func (s *State) checkout(max int, reserve func(ConsumerID) bool, now int64, fx *
 // deadEffects handles the dead letters a command produced (fx.Dead[from:]): their storage
 // records go, and a Replicated state records them with dedupe keys instead of emitting them.
 func (s *State) deadEffects(from int, fx *Effects) {
-	if len(fx.Dead) == from {
-		return
-	}
 	for i := from; i < len(fx.Dead); i++ {
 		if d := &fx.Dead[i]; d.ID != 0 && d.flags != 0 {
 			fx.forget = append(fx.forget, stored{d.ID, d.flags})
