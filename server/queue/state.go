@@ -42,7 +42,14 @@
 //     consumers go to an outbox that the queue's dispatcher goroutine hands over; dead letters
 //     are recorded in the state and handed over by the leader (below); the reply goes back to the
 //     proposer, whose done callback (a publisher confirm) runs on the cluster layer's goroutine.
-//     No delivery, dead-letter publish or confirm runs on the FSM goroutine.
+//     No delivery, dead-letter publish or confirm runs on the FSM goroutine. A replica that
+//     installs a snapshot (a follower cut off from the log) hands its consumers the deliveries
+//     the skipped log assigned them, never one twice, and tells consumers the state dropped
+//     (CancelUnavailable).
+//
+// A classic queue's dead letters are emitted (Effects.Dead) without a dedupe key and handed to
+// Hooks.DeadLetter with a nil done: their records are deleted once the hook returns, after the
+// hook's republishing was submitted to storage, so a crash can duplicate them but not lose them.
 //
 // # Retries are idempotent
 //
