@@ -16,6 +16,7 @@ import (
 	"warren/amqp"
 	"warren/server/cluster"
 	"warren/server/core"
+	"warren/server/queue"
 	"warren/server/queue/streamq"
 	"warren/server/session"
 	"warren/storage"
@@ -92,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
 	s.node = node
-	types := append(append(core.LegacyTypes(), streamq.Type{}), cfg.QueueTypes...)
+	types := append([]queue.Type{queue.ClassicType{}, queue.QuorumType{}, streamq.Type{}}, cfg.QueueTypes...)
 	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
 		ConsumerTimeout: cfg.ConsumerTimeout, Types: types})
 	if err != nil {

@@ -194,8 +194,6 @@ func (ch *channel) queueError(q *core.Queue, op string, err error) *amqp.Error {
 		return ch.c.vhost.QueueNotFound(q.Name())
 	case errors.Is(err, queue.ErrInExclusiveUse):
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name(), ch.c.vhost.Name())
-	case core.ErrGlobalQos(err):
-		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", q.Name(), ch.c.vhost.Name())
 	case errors.Is(err, queue.ErrNoQuorum):
 		return amqp.Errorf(amqp.InternalError, "%s on queue '%s' in vhost '%s' failed: %v", op, q.Name(), ch.c.vhost.Name(), err)
 	}
