@@ -13,9 +13,13 @@ import (
 // alarms watches memory use and free disk space. While either alarm is raised, connections that
 // publish are blocked: they get connection.blocked (if they asked for it) and their sockets are not
 // read until the alarm clears, while consumers keep working. This is RabbitMQ's flow control.
+//
+// The disk alarm is raised below diskLimit and also, whatever diskLimit says (0 included), while the
+// storage engine refuses writes because it is down to the reserve it keeps (storage/space.go).
 type alarms struct {
 	dataDir string
 	log     logger
+	store   spaceReporter // nil: the limit alone
 
 	mu        sync.Mutex
 	memLimit  int64 // bytes; 0 disables
@@ -30,16 +34,22 @@ type alarms struct {
 	done chan struct{}
 }
 
+// spaceReporter is the slice of storage.DB alarms need.
+type spaceReporter interface {
+	SpaceLow() bool
+}
+
 // logger is the slice of slog.Logger alarms need.
 type logger interface {
 	Warn(msg string, args ...any)
 	Info(msg string, args ...any)
 }
 
-func newAlarms(dataDir string, memLimit, diskLimit int64, log logger) *alarms {
+func newAlarms(dataDir string, memLimit, diskLimit int64, store spaceReporter, log logger) *alarms {
 	a := &alarms{
 		dataDir:   dataDir,
 		log:       log,
+		store:     store,
 		memLimit:  memLimit,
 		diskLimit: diskLimit,
 		cleared:   make(chan struct{}),
@@ -79,11 +89,12 @@ func (a *alarms) check() {
 	if err := syscall.Statfs(a.dataDir, &st); err == nil {
 		free = int64(st.Bavail) * int64(st.Bsize)
 	}
+	storeLow := a.store != nil && a.store.SpaceLow()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rss, a.free = rss, free
 	mem := a.memLimit > 0 && rss > a.memLimit
-	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit
+	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit || storeLow
 	if mem != a.memory {
 		if mem {
 			a.log.Warn("memory alarm raised: publishers are blocked", "rss", rss, "limit", a.memLimit)
@@ -93,7 +104,12 @@ func (a *alarms) check() {
 	}
 	if disk != a.disk {
 		if disk {
-			a.log.Warn("disk alarm raised: publishers are blocked", "free", free, "limit", a.diskLimit, "dir", a.dataDir)
+			reason := "free space below --disk-free-limit"
+			if storeLow {
+				reason = "storage is down to its disk space reserve"
+			}
+			a.log.Warn("disk alarm raised: publishers are blocked", "reason", reason, "free", free,
+				"limit", a.diskLimit, "dir", a.dataDir)
 		} else {
 			a.log.Info("disk alarm cleared", "free", free, "limit", a.diskLimit)
 		}

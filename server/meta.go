@@ -124,6 +124,7 @@ func (v *vhost) syncMeta() error {
 	if b.Len() == 0 {
 		return nil
 	}
+	b.UseReserve() // declares and deletes are small and must work while a full disk is drained
 	if err := v.db.CommitSync(&b); err != nil {
 		return fmt.Errorf("store metadata: %w", err)
 	}

@@ -900,6 +900,11 @@ func (ch *channel) publishComplete() *amqp.Error {
 		return nil
 	}
 	if cg != nil {
+		// Every queue write has finished already (a write refused for want of disk space comes back at
+		// once): a failed one nacks the publish, as a rejection does.
+		if cg.failed.Load() {
+			rejected = true
+		}
 		cg.finish(nil)
 	}
 	if !ch.confirm {

@@ -124,7 +124,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.AMQPListen, err)
 	}
-	a := newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.log)
+	a := newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.db, s.log)
 	s.mu.Lock()
 	s.ln = ln
 	s.alarms = a

@@ -728,6 +728,7 @@ func (q *Queue) Return(ids []uint64) {
 	}
 	dead = append(dead, q.m.Trim()...)
 	if b.Len() > 0 {
+		b.UseReserve() // a delivery count: requeues must work on a nearly full disk
 		q.DB.Commit(&b, nil)
 	}
 	q.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"warren/storage"
 )
 
 // Replicator orders the commands of a replicated (quorum) queue: in Warren, a Raft group.
@@ -114,6 +116,8 @@ type replState struct {
 	// removal this node has proposed and not yet seen answered.
 	stale   []ConsumerID
 	reaping map[ConsumerID]bool
+
+	disk *storage.DB // this node's store, for SpaceLow only (local)
 }
 
 // NewReplicated creates a replicated (quorum) queue driven by rep: every change is a command that
@@ -122,10 +126,12 @@ type replState struct {
 func NewReplicated(opts Options, rep Replicator, nodeTag, epoch uint16) *Queue {
 	var b [4]byte
 	rand.Read(b[:])
+	disk := opts.DB
 	opts.DB = nil // bodies live in the Raft log and snapshots
 	opts.Expires = 0
 	q := newQueue(opts)
 	q.r = &replState{
+		disk:      disk,
 		rep:       rep,
 		tag:       nodeTag,
 		epoch:     epoch,
@@ -304,6 +310,11 @@ func (q *Queue) rPublish(msg *Message, done func(error)) (PublishStatus, bool) {
 		return Gone, false
 	}
 	r := q.r
+	if r.disk.SpaceLow() {
+		// The raft log keeps taking acks on a nearly full disk (storage.Batch.UseReserve); publishes
+		// must not take that room: nack them, as a classic queue's failed write is.
+		return Rejected, false
+	}
 	r.slots <- struct{}{} // bounded in-flight proposals per node and queue
 	b := cmdHeader(cmdEnqueue, 48+len(msg.Body)+len(msg.Props)+len(msg.Exchange)+len(msg.RoutingKey))
 	b = binary.BigEndian.AppendUint64(b, r.producer)
