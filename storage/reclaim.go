@@ -11,8 +11,8 @@ import (
 // is nearly full (see space.go).
 
 const (
-	maintainEvery = time.Second     // how often the maintenance goroutine looks at the disk
-	reclaimEvery  = 5 * time.Second // at most one reclaim per this while space is low
+	defaultMaintainEvery = time.Second // how often the maintenance goroutine looks at the disk
+	reclaimEvery         = 5           // at most one reclaim per this many maintenance ticks while space is low
 	// gcRewriteFactor: a GC rewrite writes each live value to the value log again and its pointer to the
 	// WAL (and later a table); 1.2 times the live bytes bounds both.
 	gcRewriteFactor = 1.2
@@ -23,13 +23,14 @@ const (
 // has the prefix it is given.
 var reclaimKey = []byte{prefixReclaim}
 
-// maintain runs until Close: every maintainEvery it measures free space (so that space freed by others
+// maintain runs until Close: every tick (a second) it measures free space (so that space freed by others
 // is seen even with no writes), asks for a reclaim while space is low and records were deleted, runs
 // value-log GC (every gcInterval, and after each reclaim) and recreates the ballast when there is room.
 // A negative gcInterval turns off the periodic GC only.
 func (d *DB) maintain(gcInterval time.Duration) {
 	defer close(d.gcEnd)
-	t := time.NewTicker(maintainEvery)
+	every := d.opts.maintainEvery
+	t := time.NewTicker(every)
 	defer t.Stop()
 	lastGC := time.Now()
 	var lastReclaim time.Time
@@ -39,7 +40,7 @@ func (d *DB) maintain(gcInterval time.Duration) {
 			return
 		case <-t.C:
 		}
-		d.space.measure(maintainEvery / 2)
+		d.space.measure(every / 2)
 		switch {
 		case d.gcWanted.Swap(false):
 			d.runGC()
@@ -48,7 +49,7 @@ func (d *DB) maintain(gcInterval time.Duration) {
 			d.runGC()
 			lastGC = time.Now()
 		}
-		if d.space.wantReclaim() && time.Since(lastReclaim) >= reclaimEvery {
+		if d.space.wantReclaim() && time.Since(lastReclaim) >= reclaimEvery*every {
 			lastReclaim = time.Now()
 			d.reclaimWanted.Store(true)
 			select {
@@ -111,14 +112,15 @@ func (d *DB) runGC() (rewrites int) {
 
 // gcBudget picks the discard ratio for one GC run and charges its rewrite: a file is rewritten only
 // when at least ratio of it is garbage, so the rewrite copies at most (1-ratio) x maxFile bytes. The
-// rewrite must fit above the limit (so GC never starts refusing publishes) or, while space is low,
-// above the floor (GC is then what frees it). It returns 0 when not even a gcMaxRatio rewrite fits.
+// rewrite may take half the room above the limit (so GC never makes publishes fail) or, while space is
+// low, half the room above the floor (GC is then what frees it; acks keep the other half). It returns
+// 0 when not even a gcMaxRatio rewrite fits.
 func (s *space) gcBudget(maxFile int64) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	room := s.avail - s.limitLocked()
-	if room < 0 {
-		room = s.avail - s.floorLocked()
+	room := (s.avail - s.limitLocked()) / 2
+	if s.low.Load() || room < 0 {
+		room = (s.avail - s.floorLocked()) / 2
 	}
 	full := gcRewriteFactor * float64(maxFile)
 	ratio := defaultGCDiscardRatio
@@ -138,7 +140,7 @@ func (s *space) gcBudget(maxFile int64) float64 {
 func (s *space) wantReclaim() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.avail < s.limitLocked() && s.deletes > 0
+	return s.low.Load() && s.deletes > 0
 }
 
 // maybeReclaim runs a requested reclaim. It runs on the committer goroutine between rounds, like the
@@ -214,6 +216,6 @@ func (d *DB) ReserveSpace(n int64) error {
 	}
 	d.space.avail -= n
 	d.space.charged += n
-	d.space.updateLowLocked()
+	d.space.updateLowLocked(false)
 	return nil
 }

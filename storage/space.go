@@ -83,10 +83,13 @@ const (
 	entryOverhead = 40
 	// batchOverhead covers the transaction-end marker badger writes to the WAL (about 50 bytes).
 	batchOverhead   = 64
-	measureEvery    = 4 << 20               // charged bytes after which free space is measured again
-	measureRetry    = 10 * time.Millisecond // a refused write measures again at most this often
-	measureLSMEvery = time.Second           // the LSM size is read (a directory listing) at most this often
-	ballastName     = "BALLAST"
+	measureEvery    = 1 << 20                // charged bytes after which free space is measured again
+	measureMaxAge   = 250 * time.Millisecond // and a measurement older than this is renewed by a write
+	measureRetry    = 10 * time.Millisecond  // near a limit, a write measures again at most this often
+	measureLSMEvery = time.Second            // the LSM size is read (a directory listing) at most this often
+	// lowHysteresis: SpaceLow clears once free space is this much above the limit again.
+	lowHysteresis = 2 << 20
+	ballastName   = "BALLAST"
 )
 
 // ErrNoSpace means a write was refused because the file system of the data directory is down to the
@@ -99,7 +102,7 @@ type Space struct {
 	Total   int64 // size of the file system
 	Floor   int64 // nothing is written below this
 	Reserve int64 // writes that add data are refused below this
-	Limit   int64 // Reserve, plus the ballast's size while it is given up
+	Limit   int64 // Reserve, plus 1.5 times the ballast's size while it is given up
 	Ballast bool  // the ballast file is in place
 	Low     bool  // Free < Limit: writes that add data are refused
 }
@@ -123,7 +126,7 @@ type space struct {
 	deleteRoom int64
 	ballastLen int64
 
-	low atomic.Bool // mirrors avail < limit for SpaceLow
+	low atomic.Bool // SpaceLow (see updateLowLocked)
 
 	mu         sync.Mutex
 	avail      int64 // bytes available at the last measurement, minus charges since
@@ -132,7 +135,8 @@ type space struct {
 	charged    int64 // charged since the last measurement
 	measuredAt time.Time
 	lsmAt      time.Time
-	ballast    bool  // Dir/BALLAST is in place (or being made)
+	ballast    bool  // Dir/BALLAST is in place (or being made: creating)
+	creating   bool
 	deletes    int64 // delete operations admitted since the last reclaim
 	starved    bool  // an essential write was refused (logged once per episode)
 	measureErr bool  // statfs failed (logged once)
@@ -166,7 +170,9 @@ func (s *space) reserveLocked() int64 { return s.floorLocked() + s.deleteRoom }
 func (s *space) limitLocked() int64 {
 	l := s.reserveLocked()
 	if !s.ballast && s.ballastLen > 0 {
-		l += s.ballastLen
+		// Its room, and half of it again: maybeCreateBallast makes it as soon as free space is here,
+		// so writes that add data can never keep it from coming back.
+		l += s.ballastLen + s.ballastLen/2
 	}
 	return l
 }
@@ -190,7 +196,7 @@ func (s *space) measureLocked(forceLSM bool) {
 		s.lsm = allocatedLSM(s.dir)
 		s.lsmAt = now
 	}
-	s.updateLowLocked()
+	s.updateLowLocked(false)
 }
 
 // allocatedLSM returns the disk blocks of dir's *.sst and *.mem files in bytes.
@@ -220,10 +226,19 @@ func allocated(info os.FileInfo) int64 {
 	return info.Size()
 }
 
-// updateLowLocked sets low from the current numbers and logs when it changes.
-func (s *space) updateLowLocked() {
-	low := s.avail < s.limitLocked()
-	if low == s.low.Load() {
+// updateLowLocked raises low when free space is below the limit or a write was just refused, and
+// clears it once free space is lowHysteresis above the limit (so the disk alarm does not flap). It
+// logs the changes.
+func (s *space) updateLowLocked(refused bool) {
+	was := s.low.Load()
+	var low bool
+	switch {
+	case refused || s.avail < s.limitLocked():
+		low = true
+	case was:
+		low = s.avail < s.limitLocked()+lowHysteresis
+	}
+	if low == was {
 		return
 	}
 	s.low.Store(low)
@@ -249,37 +264,40 @@ func (s *space) snapshot() Space {
 func (s *space) snapshotLocked() Space {
 	return Space{
 		Free: s.avail, Total: s.total, Floor: s.floorLocked(), Reserve: s.reserveLocked(),
-		Limit: s.limitLocked(), Ballast: s.ballast, Low: s.avail < s.limitLocked(),
+		Limit: s.limitLocked(), Ballast: s.ballast && !s.creating, Low: s.low.Load(),
 	}
 }
 
 // admitLocked charges n bytes if they fit above the limit for their class (the floor for essential
-// writes, the limit otherwise). Before refusing, it measures again (at most every measureRetry) and,
-// for an essential write, gives up the ballast.
+// writes, the limit otherwise). It measures again after measureEvery bytes or measureMaxAge, and near
+// the limit or before refusing (at most every measureRetry); for an essential write that does not fit
+// it gives up the ballast.
 func (s *space) admitLocked(n int64, essential bool) error {
-	if s.charged >= measureEvery {
+	since := time.Since(s.measuredAt)
+	if s.charged >= measureEvery || since >= measureMaxAge {
 		s.measureLocked(false)
+		since = 0
 	}
-	measured := false
+	measured := since < measureRetry
 	for {
 		limit := s.limitLocked()
 		if essential {
 			limit = s.floorLocked()
 		}
-		if s.avail-n >= limit {
+		fits := s.avail-n >= limit
+		if !measured && s.avail-n < limit+measureEvery {
+			// Near the limit (or past it): decide on a fresh measurement.
+			measured = true
+			s.measureLocked(false)
+			continue
+		}
+		if fits {
 			s.avail -= n
 			s.charged += n
-			if s.avail < s.limitLocked() != s.low.Load() {
-				s.updateLowLocked()
-			}
+			s.updateLowLocked(false)
 			return nil
 		}
-		switch {
-		case !measured && time.Since(s.measuredAt) >= measureRetry:
-			measured = true
-			s.measureLocked(true)
-			continue
-		case essential && s.ballast:
+		if essential && s.ballast && !s.creating {
 			s.releaseBallastLocked("a delete or an acknowledgement needs the room")
 			s.measureLocked(true)
 			continue
@@ -290,7 +308,7 @@ func (s *space) admitLocked(n int64, essential bool) error {
 				"and acknowledgements; free space on the file system",
 				"free_mib", s.avail>>20, "floor_mib", s.floorLocked()>>20, "dir", s.dir)
 		}
-		s.updateLowLocked()
+		s.updateLowLocked(true)
 		return fmt.Errorf("%w on %s (%d MiB free, %d MiB kept in reserve)", ErrNoSpace, s.dir,
 			max(s.avail, 0)>>20, limit>>20)
 	}
@@ -381,17 +399,17 @@ func (s *space) releaseBallastLocked(why string) {
 		"free_before_mib", max(s.avail, 0)>>20)
 }
 
-// maybeCreateBallast makes the ballast file when it is missing and there is room for it and half of
-// it again above the reserve. It returns whether it made one.
+// maybeCreateBallast makes the ballast file when it is missing and free space is at the limit (the
+// reserve plus 1.5 times the ballast): room for it and half of it again. It returns whether it made one.
 func (s *space) maybeCreateBallast() bool {
 	s.mu.Lock()
-	if s.ballast || s.ballastLen <= 0 || s.avail-s.ballastLen < s.reserveLocked()+s.ballastLen/2 {
+	if s.ballast || s.ballastLen <= 0 || s.avail < s.limitLocked() {
 		s.mu.Unlock()
 		return false
 	}
 	// Take the room now, so that the writes made meanwhile cannot, and count the ballast as present so
 	// that taking its room does not make the limit jump.
-	s.ballast = true
+	s.ballast, s.creating = true, true
 	s.avail -= s.ballastLen
 	s.charged += s.ballastLen
 	s.mu.Unlock()
@@ -400,6 +418,7 @@ func (s *space) maybeCreateBallast() bool {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.creating = false
 	if err != nil {
 		s.ballast = false
 		s.log.Warn("storage: cannot create the ballast file", "file", s.ballastPath(), "err", err)

@@ -73,14 +73,15 @@ type Options struct {
 	GCInterval time.Duration
 
 	// Unexported knobs for tests and tuning.
-	maxPendingBytes  int64      // committer queue bound in payload bytes (default 16 MiB)
-	maxPendingOps    int        // committer queue bound in operations (default 64k)
-	memTableSize     int64      // default 16 MiB
-	valueLogFileSize int64      // default 64 MiB
-	trimBudget       int64      // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
-	statfs           statfsFunc // free-space source (default statfs(2)); see space.go
-	deleteRoom       int64      // reserve - floor (default 16 MiB)
-	ballastSize      int64      // default 32 MiB; <0 = no ballast
+	maxPendingBytes  int64         // committer queue bound in payload bytes (default 16 MiB)
+	maxPendingOps    int           // committer queue bound in operations (default 64k)
+	memTableSize     int64         // default 16 MiB
+	valueLogFileSize int64         // default 64 MiB
+	trimBudget       int64         // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
+	statfs           statfsFunc    // free-space source (default statfs(2)); see space.go
+	deleteRoom       int64         // reserve - floor (default 16 MiB)
+	ballastSize      int64         // default 32 MiB; <0 = no ballast
+	maintainEvery    time.Duration // maintenance tick (default 1 s; reclaim.go)
 }
 
 // DB is the node's storage engine. All methods are safe for concurrent use.
@@ -176,6 +177,9 @@ func Open(opts Options) (*DB, error) {
 	}
 	if opts.trimBudget == 0 {
 		opts.trimBudget = defaultTrimBudget
+	}
+	if opts.maintainEvery <= 0 {
+		opts.maintainEvery = defaultMaintainEvery
 	}
 
 	d := &DB{opts: opts, log: log}
