@@ -135,7 +135,7 @@ type space struct {
 	charged    int64 // charged since the last measurement
 	measuredAt time.Time
 	lsmAt      time.Time
-	ballast    bool  // Dir/BALLAST is in place (or being made: creating)
+	ballast    bool // Dir/BALLAST is in place (or being made: creating)
 	creating   bool
 	deletes    int64 // delete operations admitted since the last reclaim
 	starved    bool  // an essential write was refused (logged once per episode)
