@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"warren/storage"
 )
 
 // alarms watches memory use and free disk space. While either alarm is raised, connections that
@@ -37,6 +39,7 @@ type alarms struct {
 // spaceReporter is the slice of storage.DB alarms need.
 type spaceReporter interface {
 	SpaceLow() bool
+	Space() storage.Space
 }
 
 // logger is the slice of slog.Logger alarms need.
@@ -103,14 +106,15 @@ func (a *alarms) check() {
 		}
 	}
 	if disk != a.disk {
-		if disk {
-			reason := "free space below --disk-free-limit"
-			if storeLow {
-				reason = "storage is down to its disk space reserve"
-			}
-			a.log.Warn("disk alarm raised: publishers are blocked", "reason", reason, "free", free,
-				"limit", a.diskLimit, "dir", a.dataDir)
-		} else {
+		switch {
+		case disk && storeLow:
+			sp := a.store.Space()
+			a.log.Warn("disk alarm raised: publishers are blocked", "reason", "storage is down to its disk space reserve",
+				"free", free, "limit", a.diskLimit, "storage_limit", sp.Limit, "dir", a.dataDir)
+		case disk:
+			a.log.Warn("disk alarm raised: publishers are blocked", "reason", "free space below --disk-free-limit",
+				"free", free, "limit", a.diskLimit, "dir", a.dataDir)
+		default:
 			a.log.Info("disk alarm cleared", "free", free, "limit", a.diskLimit)
 		}
 	}

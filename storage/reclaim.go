@@ -25,8 +25,8 @@ var reclaimKey = []byte{prefixReclaim}
 
 // maintain runs until Close: every tick (a second) it measures free space (so that space freed by others
 // is seen even with no writes), asks for a reclaim while space is low and records were deleted, runs
-// value-log GC (every gcInterval, and after each reclaim) and recreates the ballast when there is room.
-// A negative gcInterval turns off the periodic GC only.
+// value-log GC every gcInterval and recreates the ballast when there is room. A negative gcInterval
+// turns off the periodic GC only (a reclaim still runs its own).
 func (d *DB) maintain(gcInterval time.Duration) {
 	defer close(d.gcEnd)
 	every := d.opts.maintainEvery
@@ -40,14 +40,15 @@ func (d *DB) maintain(gcInterval time.Duration) {
 			return
 		case <-t.C:
 		}
-		d.space.measure(every / 2)
-		switch {
-		case d.gcWanted.Swap(false):
+		if d.space != nil {
+			d.space.measure(every / 2)
+		}
+		if gcInterval > 0 && time.Since(lastGC) >= gcInterval {
 			d.runGC()
 			lastGC = time.Now()
-		case gcInterval > 0 && time.Since(lastGC) >= gcInterval:
-			d.runGC()
-			lastGC = time.Now()
+		}
+		if d.space == nil {
+			continue
 		}
 		if d.space.wantReclaim() && time.Since(lastReclaim) >= reclaimEvery*every {
 			lastReclaim = time.Now()
@@ -62,8 +63,14 @@ func (d *DB) maintain(gcInterval time.Duration) {
 }
 
 // runGC rewrites value-log files while badger finds one with enough garbage, each time with a discard
-// ratio whose rewrite fits in the free space (gcBudget). It stops early on Close.
+// ratio whose rewrite fits in the free space (gcBudget). It stops early on Close. It holds mapMu shared
+// around each rewrite (see trim.go).
 func (d *DB) runGC() (rewrites int) {
+	return d.gcRuns(true)
+}
+
+// gcRuns is runGC; with lock false the caller holds mapMu (exclusively: reclaim).
+func (d *DB) gcRuns(lock bool) (rewrites int) {
 	maxFile := d.opts.valueLogFileSize + d.opts.maxPendingBytes // a file ends after the write that passes the size
 	low := d.space != nil && d.space.low.Load()
 	var before int64
@@ -82,9 +89,13 @@ func (d *DB) runGC() (rewrites int) {
 				return rewrites
 			}
 		}
-		d.mapMu.RLock()
+		if lock {
+			d.mapMu.RLock()
+		}
 		err := d.bdb.RunValueLogGC(ratio)
-		d.mapMu.RUnlock()
+		if lock {
+			d.mapMu.RUnlock()
+		}
 		if d.space != nil {
 			d.space.measure(0) // the charge was an estimate; a rewritten file is gone
 		}
@@ -143,9 +154,12 @@ func (s *space) wantReclaim() bool {
 	return s.low.Load() && s.deletes > 0
 }
 
-// maybeReclaim runs a requested reclaim. It runs on the committer goroutine between rounds, like the
-// trim: badger's DropPrefix refuses writes while it runs, so no commit may be in flight, and mapMu held
-// exclusively keeps GC, scans and DeleteRange out.
+// maybeReclaim runs a requested reclaim and the value-log GC after it. It runs on the committer
+// goroutine between rounds, like the trim: badger's DropPrefix refuses writes while it runs, so no
+// commit may be in flight, and mapMu held exclusively keeps the periodic GC, scans and DeleteRange out.
+// The GC runs there too, with no write beside it: badger v4.9.6 reads a memtable's max version for a
+// rewrite without the lock its writer holds (a data race, harmless on 64-bit, that the race detector
+// reports), and the commits it holds up wait on a nearly full disk anyway.
 func (d *DB) maybeReclaim() {
 	if d.space == nil || !d.reclaimWanted.Load() {
 		return
@@ -155,15 +169,16 @@ func (d *DB) maybeReclaim() {
 	}
 	defer d.mapMu.Unlock()
 	d.reclaimWanted.Store(false)
-	d.reclaim()
-	d.gcWanted.Store(true)
+	if d.reclaim() {
+		d.gcRuns(false)
+	}
 }
 
 // reclaim makes badger record which value-log bytes deleted records held, so that value-log GC can
 // drop them: it flushes the memtables (where recent deletes are) into level 0 and compacts level 0,
 // which drops the older versions of deleted keys and counts their values as garbage. badger has no
 // call for only that; DropPrefix of a key of our own does it.
-func (d *DB) reclaim() {
+func (d *DB) reclaim() bool {
 	start := time.Now()
 	before := d.space.snapshot().Free
 	d.space.mu.Lock()
@@ -177,16 +192,18 @@ func (d *DB) reclaim() {
 	d.space.measure(0)
 	if err != nil {
 		d.log.Warn("storage: cannot flush and compact to free disk space", "err", err)
-		return
+		return false
 	}
 	d.log.Info("storage: flushed the memtable and compacted level 0 so that value-log GC can free "+
 		"the space of deleted records", "deletes", deletes, "took", time.Since(start).Round(time.Millisecond),
 		"free_mib_before", before>>20, "free_mib_after", d.space.snapshot().Free>>20)
+	return true
 }
 
-// Space returns the free disk space storage sees and the limits it keeps (zero in memory).
+// Space returns the free disk space storage sees and the limits it keeps (zero in memory, or where free
+// space cannot be measured).
 func (d *DB) Space() Space {
-	if d.space == nil {
+	if d == nil || d.space == nil {
 		return Space{}
 	}
 	return d.space.snapshot()

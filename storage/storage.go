@@ -1,6 +1,7 @@
 // Package storage is Warren's durable storage engine: one badger DB per node, a group committer that packs
-// many writes from many connections into few fsynced transactions, background value-log GC and recovery
-// checks at open. It stores bytes and knows nothing about AMQP.
+// many writes from many connections into few fsynced transactions, background value-log GC, recovery
+// checks at open, and the disk-space reserve that keeps badger from ever meeting a full disk (space.go).
+// It stores bytes and knows nothing about AMQP.
 package storage
 
 import (
@@ -43,6 +44,8 @@ const (
 	formatFileName = "FORMAT"
 	formatPrefix   = "warren-storage "
 
+	// The value threshold, memtable and value-log sizes decide what badger pre-allocates and writes on
+	// its own, and so the disk-space reserve: see space.go.
 	defaultValueThreshold = 512
 	defaultMemTableSize   = 16 << 20
 	defaultNumMemtables   = 2
@@ -109,14 +112,14 @@ type DB struct {
 	inCallbacks  bool // the committer is running done callbacks: Commit does not block then
 	committerEnd chan struct{}
 
+	// The maintenance goroutine (reclaim.go): value-log GC and the disk-space work; closed by Close.
 	gcStop chan struct{}
 	gcEnd  chan struct{}
 
 	// Disk-space accounting (space.go); nil in memory. reclaimWanted asks the committer to flush the
-	// memtable and compact level 0 (reclaim.go); gcWanted asks the maintenance goroutine for a GC.
+	// memtable, compact level 0 and run value-log GC (reclaim.go).
 	space         *space
 	reclaimWanted atomic.Bool
-	gcWanted      atomic.Bool
 
 	// RSS trimmer; see trim.go. mapMu is held shared by everything that can make badger unmap or move a
 	// value-log mapping outside a commit, and exclusively by the trim.
@@ -210,9 +213,11 @@ func Open(opts Options) (*DB, error) {
 		logs = inspectLogs(dir, log)
 		// Before badger: on a full disk its Open would fault on a mapped page (space.go).
 		d.space = newSpace(dir, log, opts)
-		if err := d.space.open(); err != nil {
+		if ok, err := d.space.open(); err != nil {
 			d.unlock()
 			return nil, err
+		} else if !ok {
+			d.space = nil
 		}
 	}
 
@@ -238,11 +243,14 @@ func Open(opts Options) (*DB, error) {
 
 	d.gcStop = make(chan struct{})
 	d.gcEnd = make(chan struct{})
-	if d.space == nil {
+	switch {
+	case opts.InMemory || d.space == nil && opts.GCInterval < 0:
 		close(d.gcEnd)
-	} else {
-		d.space.measure(0)
-		d.space.maybeCreateBallast()
+	default:
+		if d.space != nil {
+			d.space.measure(0)
+			d.space.maybeCreateBallast()
+		}
 		go d.maintain(opts.GCInterval)
 	}
 	log.Debug("storage opened", "dir", d.dir, "in_memory", opts.InMemory, "sync", !opts.NoSync,
