@@ -29,20 +29,25 @@ const (
 )
 
 // TestDiskFull fills a 160 MiB tmpfs with persistent 16 KB messages under confirms, once with the
-// disk alarm off (--disk-free-limit 0: the storage reserve alone stops the publisher, with nacks)
-// and once with it on (50MB), then SIGKILLs the broker, fills what is left of the file system,
-// restarts the broker on it, drains the queue and checks that every confirmed message is there,
-// none twice, and that the alarm clears once the drained space is reclaimed.
+// disk alarm off (--disk-free-limit 0: the storage reserve alone stops the publisher, with nacks),
+// once with it on (50MB), and once into a quorum queue with it off, then SIGKILLs the broker, fills
+// what is left of the file system, restarts the broker on it, drains the queue and checks that every
+// confirmed message is there, none twice, and (classic queues) that the alarm clears once the drained
+// space is reclaimed.
 func TestDiskFull(t *testing.T) {
-	for _, tc := range []struct{ name, limit string }{
-		{"alarm off", "0"},
-		{"alarm on", "50MB"},
+	for _, tc := range []struct {
+		name, limit string
+		args        amqp.Table
+	}{
+		{"alarm off", "0", nil},
+		{"alarm on", "50MB", nil},
+		{"quorum queue, alarm off", "0", amqp.Table{"x-queue-type": "quorum"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testDiskFull(t, tc.limit) })
+		t.Run(tc.name, func(t *testing.T) { testDiskFull(t, tc.limit, tc.args) })
 	}
 }
 
-func testDiskFull(t *testing.T, limit string) {
+func testDiskFull(t *testing.T, limit string, queueArgs amqp.Table) {
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
@@ -51,7 +56,7 @@ func testDiskFull(t *testing.T, limit string) {
 	startLog := n.b.logs()
 
 	// Fill.
-	f := fillDisk(t, n.b)
+	f := fillDisk(t, n.b, queueArgs)
 	freeAtKill := fsFree(t, mnt)
 	t.Logf("filled: published %d, confirmed %d, nacked %d, unconfirmed %d; %d KiB free on the tmpfs",
 		f.published, len(f.confirmed), len(f.nacked), f.published-len(f.confirmed)-len(f.nacked), freeAtKill>>10)
@@ -93,7 +98,7 @@ func testDiskFull(t *testing.T, limit string) {
 	if err != nil {
 		t.Fatalf("channel: %v", err)
 	}
-	got := getAll(t, ch, diskFullQueue, 2*time.Minute)
+	got := drainQueue(t, ch, diskFullQueue, 2*time.Minute)
 	seen := make(map[int]int, len(got))
 	recoveredNacked, recoveredUnconfirmed := 0, 0
 	for _, d := range got {
@@ -131,7 +136,11 @@ func testDiskFull(t *testing.T, limit string) {
 	}
 
 	// The drained space comes back (reclaim and value-log GC), although the filler is still there:
-	// the alarm clears and publishes are confirmed again.
+	// the alarm clears and publishes are confirmed again. A quorum queue's acks are raft entries: its
+	// space comes back after raft's next snapshot (checked every 30-60 s), which this test does not wait for.
+	if queueArgs["x-queue-type"] == "quorum" {
+		return
+	}
 	if !waitLog(n.b, "disk alarm cleared", 60*time.Second) {
 		t.Fatalf("the disk alarm did not clear within 60 s of the drain (%d KiB free)\nbroker log since the restart:\n%s",
 			fsFree(t, mnt)>>10, tail(strings.TrimPrefix(n.b.logs(), restartLog), 6<<10))
@@ -139,8 +148,60 @@ func testDiskFull(t *testing.T, limit string) {
 	t.Logf("after the drain: %d KiB free", fsFree(t, mnt)>>10)
 	pch := confirmChannel(t, conn)
 	publishConfirmed(t, pch, "", diskFullQueue, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("after")})
-	if after := getAll(t, ch, diskFullQueue, 10*time.Second); len(after) != 1 || string(after[0].Body) != "after" {
+	if after := drainQueue(t, ch, diskFullQueue, 10*time.Second); len(after) != 1 || string(after[0].Body) != "after" {
 		t.Fatalf("after the drain got %q, want [after]", bodies(after))
+	}
+}
+
+// drainQueue consumes queue on ch (prefetch 500, acks with multiple every 100 deliveries) until it is
+// empty: nothing delivered for 500 ms, everything acked, and queue.declare-ok counting no message.
+// It fails the test if that takes longer than d.
+func drainQueue(t *testing.T, ch *amqp.Channel, queue string, d time.Duration) []amqp.Delivery {
+	t.Helper()
+	if err := ch.Qos(500, 0, false); err != nil {
+		t.Fatalf("basic.qos: %v", err)
+	}
+	tag := fmt.Sprintf("drain-%d", time.Now().UnixNano())
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("basic.consume on %q: %v", queue, err)
+	}
+	var out []amqp.Delivery
+	unacked := 0
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-deliveries:
+			if !ok {
+				t.Fatalf("the consumer on %q was cancelled after %d messages", queue, len(out))
+			}
+			out = append(out, m)
+			if unacked++; unacked == 100 {
+				if err := m.Ack(true); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+				unacked = 0
+			}
+		case <-time.After(500 * time.Millisecond):
+			if unacked > 0 {
+				if err := out[len(out)-1].Ack(true); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+				unacked = 0
+			}
+			q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			if err != nil {
+				t.Fatalf("queue.declare passive %q: %v", queue, err)
+			}
+			if q.Messages == 0 {
+				if err := ch.Cancel(tag, false); err != nil {
+					t.Fatalf("basic.cancel: %v", err)
+				}
+				return out
+			}
+		case <-deadline:
+			t.Fatalf("%q still delivered messages after %v (%d so far)", queue, d, len(out))
+		}
 	}
 }
 
@@ -154,7 +215,7 @@ type fillResult struct {
 
 // fillDisk publishes persistent messages to a durable queue under confirms until the broker blocks
 // the connection, and waits (bounded) for the confirms of what it sent.
-func fillDisk(t *testing.T, b *broker) fillResult {
+func fillDisk(t *testing.T, b *broker, queueArgs amqp.Table) fillResult {
 	t.Helper()
 	conn, err := amqp.Dial(b.URL)
 	if err != nil {
@@ -164,7 +225,7 @@ func fillDisk(t *testing.T, b *broker) fillResult {
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
 	blockings := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	ch := confirmChannel(t, conn)
-	if _, err := ch.QueueDeclare(diskFullQueue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(diskFullQueue, true, false, false, false, queueArgs); err != nil {
 		t.Fatalf("declare: %v", err)
 	}
 	res := fillResult{confirmed: map[int]bool{}, nacked: map[int]bool{}}

@@ -77,6 +77,15 @@ func (d *DB) gcRuns(lock bool) (rewrites int) {
 	if low {
 		before = d.space.snapshot().Free
 	}
+	defer func() {
+		switch {
+		case low && rewrites > 0:
+			d.log.Info("storage: value-log GC freed disk space", "rewritten_files", rewrites,
+				"free_mib_before", before>>20, "free_mib_after", d.space.snapshot().Free>>20)
+		case rewrites > 0:
+			d.log.Debug("value-log GC done", "rewritten_files", rewrites)
+		}
+	}()
 	for {
 		select {
 		case <-d.gcStop:
@@ -108,12 +117,6 @@ func (d *DB) gcRuns(lock bool) (rewrites int) {
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
 				d.log.Warn("value-log GC failed", "err", err)
-			}
-			if low && rewrites > 0 {
-				d.log.Info("storage: value-log GC freed disk space", "rewritten_files", rewrites,
-					"free_mib_before", before>>20, "free_mib_after", d.space.snapshot().Free>>20)
-			} else if rewrites > 0 {
-				d.log.Debug("value-log GC done", "rewritten_files", rewrites)
 			}
 			return rewrites
 		}
