@@ -135,7 +135,7 @@ func (b *Broker) Close() {
 
 // StartAlarms starts the memory and disk watchdog (the server does so once it listens).
 func (b *Broker) StartAlarms(dataDir string, memLimit, diskFree int64) {
-	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.log))
+	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.db, b.log))
 }
 
 // Alarms returns the resource alarms, or nil before StartAlarms.

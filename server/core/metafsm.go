@@ -86,6 +86,7 @@ func (b *Broker) propose(ctx context.Context, op metaOp, rec []byte) *amqp.Error
 
 // commitLocal writes records of this node and waits until they are durable.
 func (b *Broker) commitLocal(batch *storage.Batch) *amqp.Error {
+	batch.UseReserve() // declares and deletes are small and must work while a full disk is drained
 	if err := b.db.CommitSync(batch); err != nil {
 		b.log.Error("cannot store metadata", "err", err)
 		return amqp.Errorf(amqp.InternalError, "cannot store metadata: %v", err)
@@ -106,6 +107,7 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 	b.applyMeta(l.Data, &batch)
 	b.applied.Store(l.Index)
 	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, l.Index))
+	batch.UseReserve() // metadata changes are small and must work while a full disk is drained
 	b.db.Commit(&batch, func(err error) {
 		if err != nil {
 			b.log.Error("cannot store metadata", "index", l.Index, "err", err)

@@ -281,6 +281,7 @@ func (q *Classic) rewriteLocked(fx *Effects) {
 	for _, r := range fx.rewrite {
 		b.Set(q.metaKey(r.id), encodeMeta(r.deadline, r.priority, r.count))
 	}
+	b.UseReserve() // delivery counts of requeued messages: requeues must work on a nearly full disk
 	q.db.Commit(&b, nil)
 }
 

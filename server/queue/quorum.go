@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"warren/storage"
 
 	"warren/amqp"
 )
@@ -84,6 +85,7 @@ const quorumSnapshotVersion byte = 2
 // Lock order: mu, then nothing; a consumer's Deliver, HasRoom and Cancelled, a Done and the hooks
 // run with no lock held, never on the FSM goroutine.
 type Quorum struct {
+	disk            *storage.DB // this node's store, asked only whether it is down to its reserve
 	name, vhost     string
 	id              uint64
 	classic         bool
@@ -153,6 +155,7 @@ func OpenQuorum(cfg OpenConfig, qc QuorumConfig) (*Quorum, error) {
 	var b [4]byte
 	rand.Read(b[:])
 	q := &Quorum{
+		disk: cfg.DB,
 		name: cfg.Name, vhost: cfg.VHost, id: cfg.ID, classic: qc.Classic,
 		log: loggerOr(cfg.Logger), hooks: cfg.Hooks, consumerTimeout: cfg.ConsumerTimeout,
 		rep: qc.Replicator, node: qc.Node, epoch: qc.Epoch,
@@ -245,6 +248,12 @@ func (q *Quorum) Publish(msg *Message, done Done) PublishStatus {
 	if closed {
 		finish(done, ErrGone)
 		return Gone
+	}
+	if q.disk != nil && q.disk.SpaceLow() {
+		// The raft log keeps taking acks on a nearly full disk (storage.Batch.UseReserve);
+		// publishes must not take that room: nack them, as a classic queue's failed write is.
+		finish(done, storage.ErrNoSpace)
+		return Rejected
 	}
 	select {
 	case q.slots <- struct{}{}:
