@@ -246,7 +246,9 @@ func (r *benchReport) markdown() string {
 		}
 		fmt.Fprintf(&b, "- **%s %s.** %s\n", sc.id, r.title(sc), detail)
 	}
-	b.WriteString("\nEvery message body carries the producer id, a sequence number and the send time; for runs with publisher confirms the tool checks that every confirmed message was consumed (`lost` below would say otherwise).\n")
+	if r.mainTable() {
+		b.WriteString("\nEvery message body carries the producer id, a sequence number and the send time; for runs with publisher confirms the tool checks that every confirmed message was consumed (`lost` below would say otherwise).\n")
+	}
 	if notes := r.notes(); len(notes) > 0 {
 		b.WriteString("\n## Notes\n\n")
 		for _, n := range notes {
