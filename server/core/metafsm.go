@@ -84,16 +84,6 @@ func (b *Broker) propose(ctx context.Context, op metaOp, rec []byte) *amqp.Error
 	return nil
 }
 
-// commitLocal writes records of this node and waits until they are durable.
-func (b *Broker) commitLocal(batch *storage.Batch) *amqp.Error {
-	batch.UseReserve() // declares and deletes are small and must work while a full disk is drained
-	if err := b.db.CommitSync(batch); err != nil {
-		b.log.Error("cannot store metadata", "err", err)
-		return amqp.Errorf(amqp.InternalError, "cannot store metadata: %v", err)
-	}
-	return nil
-}
-
 // metaFSM applies metadata commands on every node.
 type metaFSM struct{ b *Broker }
 
