@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -221,8 +220,5 @@ func (b *Broker) runJanitor() {
 		}
 	}
 }
-
-// errClosed is the error of operations after Close.
-var errClosed = errors.New("broker core closed")
 
 func wrap(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }
