@@ -221,14 +221,6 @@ func publishOK(t testing.TB, q Queue, m *Message) {
 	}
 }
 
-func bodiesOf(ds []Delivery) []string {
-	out := make([]string, len(ds))
-	for i, d := range ds {
-		out[i] = string(d.Msg.Body)
-	}
-	return out
-}
-
 func fmtStats(q Queue) string {
 	st := q.Stats()
 	return fmt.Sprintf("ready %d unacked %d consumers %d", st.Ready, st.Unacked, st.Consumers)
