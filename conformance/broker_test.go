@@ -178,9 +178,9 @@ func (b *broker) PID() int {
 	return b.cmd.Process.Pid
 }
 
-// launchBroker starts `warren serve` on a free loopback port with its data in dataDir (and the
-// extra flags, which may override the defaults) and waits until it accepts connections. A port taken between probing and binding is retried.
-func launchBroker(bin, dataDir string, extra ...string) (*broker, error) {
+// launchBroker starts `warren serve` on a free loopback port with its data in dataDir and
+// waits until it accepts connections. A port taken between probing and binding is retried.
+func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
@@ -194,7 +194,7 @@ func launchBroker(bin, dataDir string, extra ...string) (*broker, error) {
 			out:  &syncBuffer{},
 			done: make(chan struct{}),
 		}
-		args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", dataDir}, extra...)
+		args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", dataDir}, extraArgs...)
 		b.cmd = exec.Command(bin, args...)
 		b.cmd.Stdout = b.out
 		b.cmd.Stderr = b.out

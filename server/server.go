@@ -16,6 +16,7 @@ import (
 	"warren/amqp"
 	"warren/server/cluster"
 	"warren/server/core"
+	"warren/server/queue"
 	"warren/server/queue/streamq"
 	"warren/server/session"
 	"warren/server/tlsconf"
@@ -96,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
 	s.node = node
-	types := append(append(core.LegacyTypes(), streamq.Type{}), cfg.QueueTypes...)
+	types := append([]queue.Type{queue.ClassicType{}, queue.QuorumType{}, streamq.Type{}}, cfg.QueueTypes...)
 	if cfg.LoopbackUsers == nil {
 		cfg.LoopbackUsers = def.LoopbackUsers
 	}

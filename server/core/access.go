@@ -143,6 +143,11 @@ func vhostKey(name string) []byte   { return append([]byte{storage.PrefixMeta, k
 func limitsKey(vhost string) []byte { return appendLP([]byte{storage.PrefixMeta, kindLimits}, vhost) }
 func initKey() []byte               { return []byte{storage.PrefixMeta, kindInit} }
 
+// vhostPrefix is the prefix of every record of one kind in a vhost (deleting a vhost scans them).
+func vhostPrefix(kind byte, vhost string) []byte {
+	return appendLP([]byte{storage.PrefixMeta, kind}, vhost)
+}
+
 func permKey(vhost, user string) []byte { return metaKey(kindPermission, vhost, user) }
 
 func topicKey(vhost, user, exchange string) []byte {

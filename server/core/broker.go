@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -150,7 +149,7 @@ func (b *Broker) Close() {
 
 // StartAlarms starts the memory and disk watchdog (the server does so once it listens).
 func (b *Broker) StartAlarms(dataDir string, memLimit, diskFree int64) {
-	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.log))
+	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.db, b.log))
 }
 
 // Alarms returns the resource alarms, or nil before StartAlarms.
@@ -236,8 +235,5 @@ func (b *Broker) runJanitor() {
 		}
 	}
 }
-
-// errClosed is the error of operations after Close.
-var errClosed = errors.New("broker core closed")
 
 func wrap(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }

@@ -151,6 +151,7 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 		}
 		msg.Exchange = st.dlx
 		msg.RoutingKey = keys[0]
+		msg.Dedupe = d.Key // targets take a dead letter handed over twice (a leader change) once
 		var headers amqp.Table
 		if props, err := amqp.DecodeProperties(msg.Props); err == nil {
 			headers = props.Headers

@@ -84,15 +84,6 @@ func (b *Broker) propose(ctx context.Context, op metaOp, rec []byte) *amqp.Error
 	return nil
 }
 
-// commitLocal writes records of this node and waits until they are durable.
-func (b *Broker) commitLocal(batch *storage.Batch) *amqp.Error {
-	if err := b.db.CommitSync(batch); err != nil {
-		b.log.Error("cannot store metadata", "err", err)
-		return amqp.Errorf(amqp.InternalError, "cannot store metadata: %v", err)
-	}
-	return nil
-}
-
 // metaFSM applies metadata commands on every node.
 type metaFSM struct{ b *Broker }
 
@@ -106,6 +97,7 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 	b.applyMeta(l.Data, &batch)
 	b.applied.Store(l.Index)
 	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, l.Index))
+	batch.UseReserve() // metadata changes are small and must work while a full disk is drained
 	b.db.Commit(&batch, func(err error) {
 		if err != nil {
 			b.log.Error("cannot store metadata", "index", l.Index, "err", err)

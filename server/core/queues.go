@@ -149,7 +149,7 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 		if store == storeLocal {
 			var b storage.Batch
 			b.Set(q.recordKey(), rec.encode())
-			if err := v.b.commitLocal(&b); err != nil {
+			if err := v.b.commitLocal(ctx, &b); err != nil {
 				v.removeQueue(q, nil)
 				return nil, err
 			}
@@ -304,7 +304,7 @@ func (v *VHost) deleteQueue(ctx context.Context, q *Queue, ifUnused, ifEmpty boo
 	n, rm := v.removeQueue(q, &b)
 	var err *amqp.Error
 	if b.Len() > 0 {
-		err = v.b.commitLocal(&b)
+		err = v.b.commitLocal(ctx, &b)
 	}
 	if aerr := v.afterLocalRemoval(ctx, exchange.Removed{Exchanges: rm.Exchanges}); aerr != nil && err == nil {
 		err = aerr

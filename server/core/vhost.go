@@ -237,14 +237,14 @@ func (v *VHost) changeBinding(ctx context.Context, b exchange.Binding, owner Own
 		if err := v.applyBinding(b, bind, &batch); err != nil {
 			return err
 		}
-		return v.b.commitLocal(&batch)
+		return v.b.commitLocal(ctx, &batch)
 	}
 	var batch storage.Batch
 	if err := v.applyBinding(b, bind, &batch); err != nil {
 		return err
 	}
 	if batch.Len() > 0 {
-		return v.b.commitLocal(&batch)
+		return v.b.commitLocal(ctx, &batch)
 	}
 	return nil
 }
@@ -343,7 +343,7 @@ func (v *VHost) afterLocalRemoval(ctx context.Context, rm exchange.Removed) *amq
 	v.dropRecords(rm, &batch)
 	var err *amqp.Error
 	if batch.Len() > 0 {
-		err = v.b.commitLocal(&batch)
+		err = v.b.commitLocal(ctx, &batch)
 	}
 	for _, x := range rm.Exchanges {
 		if x.Durable && v.b.meta != nil {

@@ -74,6 +74,7 @@ type channel struct {
 	routeNames   []string
 	routeQueues  []*core.Queue
 	settleBuf    []unackedEntry // reused by applySettle
+	durable      sync.WaitGroup // replies waiting for their record writes (replyWhenDurable)
 	tagBuf       []queue.Tag    // reused by applySettle
 
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.

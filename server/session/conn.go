@@ -628,6 +628,7 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 		}
 		return &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'", ClassID: cls, MethodID: mid}
 	}
+	ch.waitDurable()
 	if ch.closing {
 		// We sent channel.close: drop everything but close-ok, a crossing close, or a new open.
 		if cls == amqp.ClassChannel {

@@ -218,8 +218,6 @@ func (ch *channel) queueError(q *core.Queue, op string, err error) *amqp.Error {
 		return ch.c.vhost.QueueNotFound(q.Name())
 	case errors.Is(err, queue.ErrInExclusiveUse):
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name(), ch.c.vhost.Name())
-	case core.ErrGlobalQos(err):
-		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", q.Name(), ch.c.vhost.Name())
 	case errors.Is(err, queue.ErrNoQuorum):
 		return amqp.Errorf(amqp.InternalError, "%s on queue '%s' in vhost '%s' failed: %v", op, q.Name(), ch.c.vhost.Name(), err)
 	}
@@ -270,7 +268,8 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			}
 		}
 	}
-	q, err := c.vhost.DeclareQueue(context.Background(), d, c)
+	var dw core.Deferred
+	q, err := c.vhost.DeclareQueue(core.WithDeferred(context.Background(), &dw), d, c)
 	if err != nil {
 		return err
 	}
@@ -281,13 +280,35 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		c.exclusiveQs[q] = struct{}{}
 	}
 	ch.lastQueue = d.Name
-	if m.NoWait {
-		return nil
-	}
 	msgs, consumers := queue.DeclareCounts(q.Queue)
-	c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: d.Name, MessageCount: uint32(msgs), ConsumerCount: uint32(consumers)})
+	ch.replyWhenDurable(&dw, m.NoWait, &amqp.QueueDeclareOk{Queue: d.Name, MessageCount: uint32(msgs), ConsumerCount: uint32(consumers)})
 	return nil
 }
+
+// replyWhenDurable sends a method's reply once the record write it handed to dw is durable (at
+// once if it handed none). The reader goes on meanwhile; the channel's next method waits for the
+// reply (channel.waitDurable), so replies stay in order. A failed write closes the connection.
+func (ch *channel) replyWhenDurable(dw *core.Deferred, noWait bool, m amqp.Method) {
+	if !dw.Used() {
+		ch.reply(noWait, m)
+		return
+	}
+	ch.durable.Add(1)
+	dw.Then(func(err *amqp.Error) {
+		defer ch.durable.Done()
+		if err != nil {
+			ch.c.forceClose(err)
+			return
+		}
+		if !noWait {
+			ch.c.out.sendMethod(ch.id, m)
+		}
+	})
+}
+
+// waitDurable waits for the replies still waiting for their writes (before the channel's next
+// method is handled).
+func (ch *channel) waitDurable() { ch.durable.Wait() }
 
 func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait, bind bool) *amqp.Error {
 	c := ch.c
@@ -306,16 +327,19 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 		return err
 	}
 	b := exchange.Binding{Source: exName, Dest: qname, DestKind: exchange.ToQueue, Key: key, Args: args}
+	var dw core.Deferred
+	ctx := core.WithDeferred(context.Background(), &dw)
 	if bind {
-		if err := c.vhost.Bind(context.Background(), b, c); err != nil {
+		if err := c.vhost.Bind(ctx, b, c); err != nil {
 			return err
 		}
-		return ch.reply(noWait, &amqp.QueueBindOk{})
+		ch.replyWhenDurable(&dw, noWait, &amqp.QueueBindOk{})
+		return nil
 	}
-	if err := c.vhost.Unbind(context.Background(), b, c); err != nil {
+	if err := c.vhost.Unbind(ctx, b, c); err != nil {
 		return err
 	}
-	c.out.sendMethod(ch.id, &amqp.QueueUnbindOk{})
+	ch.replyWhenDurable(&dw, false, &amqp.QueueUnbindOk{})
 	return nil
 }
 
