@@ -58,3 +58,28 @@ func TestClusterAccessAndPoliciesReplicate(t *testing.T) {
 	}
 	expectConnClosed(t, c, amqp.ConnectionForced, "CONNECTION_FORCED - user 'alice' is deleted")
 }
+
+// TestClusterVHostConnectionLimit: max-connections counts the connections of every node.
+func TestClusterVHostConnectionLimit(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b1 := tc.srvs[0].Core()
+	if err := b1.PutVHost(ctx, core.VHostInfo{Name: "lim"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.SetPermission(ctx, core.PermissionInfo{User: "guest", VHost: "lim", Permission: auth.FullAccess}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.SetVHostLimits(ctx, "lim", map[string]int64{core.LimitMaxConnections: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, "n2 has the limit", clusterWait, func() bool { return tc.applied(1, "metadata") >= tc.applied(0, "metadata") })
+	mustDial(t, tc.urls[0]+"lim")
+	if c, err := amqp.Dial(tc.urls[1] + "lim"); err == nil {
+		c.Close()
+		t.Fatal("a second connection to a vhost with max-connections 1 was accepted by another node")
+	} else {
+		checkAMQPError(t, err, amqp.NotAllowed, "NOT_ALLOWED - access to vhost 'lim' refused for user 'guest': connection limit (1) is reached")
+	}
+}

@@ -91,6 +91,12 @@ func New(cfg Config) (*Server, error) {
 				b.PeerChanged(id, up)
 			}
 		},
+		CountConnections: func(vhost string) int {
+			if b := coreRef.Load(); b != nil {
+				return b.LocalConnections(vhost)
+			}
+			return 0
+		},
 	})
 	if err != nil {
 		db.Close()

@@ -877,18 +877,35 @@ func (b *Broker) vhostLimit(vhost, name string) int64 {
 	return -1
 }
 
-// CheckConnectionLimit is connection.open's check of the vhost's max-connections: current is
-// the number of open connections to it not counting this one. The error is RabbitMQ's 530.
-func (b *Broker) CheckConnectionLimit(vhost, user string) *amqp.Error {
-	limit := b.vhostLimit(vhost, LimitMaxConnections)
-	if limit < 0 {
-		return nil
-	}
+// peerCountTimeout bounds how long connection.open waits for the other nodes' connection counts
+// of a vhost with a connection limit.
+const peerCountTimeout = 2 * time.Second
+
+// LocalConnections counts this node's client connections to vhost.
+func (b *Broker) LocalConnections(vhost string) int {
 	n := 0
 	for _, ci := range b.Connections() {
 		if ci.VHost == vhost {
 			n++
 		}
+	}
+	return n
+}
+
+// CheckConnectionLimit is connection.open's check of the vhost's max-connections, counted across
+// the cluster as RabbitMQ does: this node's connections to it, then (while under the limit) those
+// of every other member that is up, asked over the cluster port. Only vhosts with a limit pay for
+// that. The error is RabbitMQ's 530.
+func (b *Broker) CheckConnectionLimit(vhost, user string) *amqp.Error {
+	limit := b.vhostLimit(vhost, LimitMaxConnections)
+	if limit < 0 {
+		return nil
+	}
+	n := b.LocalConnections(vhost)
+	if int64(n) < limit && b.clustered() {
+		ctx, cancel := context.WithTimeout(context.Background(), peerCountTimeout)
+		n += b.node.CountPeerConnections(ctx, vhost)
+		cancel()
 	}
 	if int64(n) >= limit {
 		return amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s': connection limit (%d) is reached",
