@@ -7,7 +7,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"warren/server/core"
 )
 
 // getWithin polls basic.get until a message arrives, or fails after waitFor.
@@ -111,27 +110,28 @@ func TestITPolicyDeadLetterOnExistingQueue(t *testing.T) {
 }
 
 // TestITPolicyMaxLengthOnExistingQueue: a max-length policy trims a queue that already holds
-// more messages, from the head.
+// more messages, from the head, for classic and quorum queues alike.
 func TestITPolicyMaxLengthOnExistingQueue(t *testing.T) {
 	a := startAdmin(t)
 	v := a.vhost("pol")
 	c := mustDial(t, a.url(a.user, a.pass, v))
-	ch := mustConfirmChannel(t, c)
-	if _, err := ch.QueueDeclare("long", false, true, false, false, nil); err != nil {
-		t.Fatal(err)
+	for _, qtype := range []string{"classic", "quorum"} {
+		t.Run(qtype, func(t *testing.T) {
+			ch := mustConfirmChannel(t, c)
+			name := "long-" + qtype
+			if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": qtype}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ch.QueueDelete(name, false, false, false) })
+			for _, b := range []string{"1", "2", "3", "4", "5"} {
+				publishConfirmed(t, ch, "", name, false, amqp.Publishing{Body: []byte(b)})
+			}
+			a.policy(v, "short-"+qtype, map[string]any{"pattern": "^" + name + "$", "definition": map[string]any{"max-length": 2}})
+			eventually(t, "the queue is trimmed to 2", func() bool { n, _ := queueCounts(t, ch, name); return n == 2 })
+			mustGetBody(t, ch, name, true, "4")
+			mustGetBody(t, ch, name, true, "5")
+		})
 	}
-	if a.srv != nil {
-		if _, ok := a.srv.Core().VHost(v).Queue("long").Queue.(core.Reconfigurer); !ok {
-			t.Skip("the classic queue type does not implement core.Reconfigurer yet (the queue-type rework will): its length limit changes when it is next opened")
-		}
-	}
-	for _, b := range []string{"1", "2", "3", "4", "5"} {
-		publishConfirmed(t, ch, "", "long", false, amqp.Publishing{Body: []byte(b)})
-	}
-	a.policy(v, "short", map[string]any{"pattern": `^long$`, "definition": map[string]any{"max-length": 2}})
-	eventually(t, "the queue is trimmed to 2", func() bool { n, _ := queueCounts(t, ch, "long"); return n == 2 })
-	mustGetBody(t, ch, "long", true, "4")
-	mustGetBody(t, ch, "long", true, "5")
 }
 
 // TestITPolicyPriority: of two matching policies the one with the higher priority applies.

@@ -808,3 +808,23 @@ var (
 	_ Queue = (*Classic)(nil)
 	_ Type  = ClassicType{}
 )
+
+// Reconfigure changes the limits a policy sets while the queue runs (core.Reconfigurer): the
+// length limits, overflow and delivery limit at once (drop-head trims the head now), a message
+// TTL for the messages published from now on, x-expires and the consumer timeout.
+func (q *Classic) Reconfigure(cfg OpenConfig) error {
+	var fx Effects
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrGone
+	}
+	cmd := Command{Type: CmdConfigure, Limits: cfg.Lifecycle}
+	q.s.Apply(&cmd, nowMs(), &fx)
+	q.expires, q.consumerTimeout = cfg.Expires, cfg.ConsumerTimeout
+	q.flow.release(q.s.m.ready, len(q.consumers), q.closed)
+	q.mu.Unlock()
+	q.runEffects(&fx)
+	q.Kick() // timers may have moved
+	return nil
+}

@@ -98,6 +98,13 @@ func AppendCommand(dst []byte, cmd *Command, now int64) []byte {
 		for _, s := range cmd.Seqs {
 			dst = binary.AppendUvarint(dst, s)
 		}
+	case CmdConfigure:
+		l := cmd.Limits
+		dst = binary.AppendVarint(dst, l.MessageTTL)
+		dst = binary.AppendVarint(dst, l.MaxLength)
+		dst = binary.AppendVarint(dst, l.MaxLengthBytes)
+		dst = append(dst, byte(l.Overflow))
+		dst = binary.AppendVarint(dst, l.DeliveryLimit)
 	}
 	return dst
 }
@@ -184,6 +191,17 @@ func DecodeCommand(b []byte, cmd *Command) (now int64, err error) {
 		for range n {
 			cmd.Seqs = append(cmd.Seqs, r.uvarint("seq"))
 		}
+	case CmdConfigure:
+		l := &cmd.Limits
+		l.MessageTTL = r.varint("message ttl")
+		l.MaxLength = r.varint("max length")
+		l.MaxLengthBytes = r.varint("max length bytes")
+		if o := Overflow(r.u8("overflow")); o <= RejectPublishDLX {
+			l.Overflow = o
+		} else {
+			r.fail("overflow %d", o)
+		}
+		l.DeliveryLimit = r.varint("delivery limit")
 	default:
 		cmd.Type = 0
 		return 0, fmt.Errorf("%w %d", errCommandType, b[1])

@@ -979,3 +979,20 @@ var (
 	_ Queue = (*Quorum)(nil)
 	_ Type  = QuorumType{}
 )
+
+// Reconfigure changes the limits a policy sets while the queue runs (core.Reconfigurer). The
+// limits are replicated state: the change goes through the queue's log, so every replica trims
+// at the same point (each replica's node proposes it; applying it twice changes nothing). The
+// consumer timeout is this node's own.
+func (q *Quorum) Reconfigure(cfg OpenConfig) error {
+	q.mu.Lock()
+	closed := q.closed
+	q.consumerTimeout = cfg.ConsumerTimeout
+	q.mu.Unlock()
+	if closed {
+		return ErrGone
+	}
+	q.propose(&Command{Type: CmdConfigure, Limits: cfg.Lifecycle}, nil)
+	q.Kick()
+	return nil
+}

@@ -128,6 +128,9 @@ const (
 	// CmdRecover adds a message recovered from storage (ID, Flags, Count, ExpiresAt, MsgPriority;
 	// its body stays on disk). Local.
 	CmdRecover
+	// CmdConfigure changes the limits a policy may change while the queue runs (Limits:
+	// MessageTTL, MaxLength, MaxLengthBytes, Overflow, DeliveryLimit) and trims the queue to them.
+	CmdConfigure
 	cmdTypes
 )
 
@@ -171,6 +174,9 @@ type Command struct {
 
 	// Checkout.
 	Max int
+
+	// Configure: the new limits (the other Config fields are ignored).
+	Limits Config
 
 	// Recover.
 	ID          uint64
@@ -389,6 +395,13 @@ func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 		s.checkout(cmd.Max, s.reserve, now, fx)
 	case CmdRecover:
 		m.restoreAt(cmd.ID, nil, 0, cmd.Flags, cmd.Count, cmd.ExpiresAt, cmd.MsgPriority)
+	case CmdConfigure:
+		// A new TTL applies to messages published from now on, as when RabbitMQ's policy
+		// changes; new length limits apply at once (drop-head trims the head).
+		l := cmd.Limits
+		m.cfg.MessageTTL, m.cfg.MaxLength, m.cfg.MaxLengthBytes = l.MessageTTL, l.MaxLength, l.MaxLengthBytes
+		m.cfg.Overflow, m.cfg.DeliveryLimit = l.Overflow, l.DeliveryLimit
+		fx.Dead = m.trim(fx.Dead)
 	}
 	if s.replicated {
 		s.checkout(0, nil, now, fx)

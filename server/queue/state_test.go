@@ -15,6 +15,7 @@ func sampleCommands() []Command {
 	return []Command{
 		{Type: CmdEnqueue, Msg: msg, Producer: 1<<48 | 9, Seq: 1 << 40},
 		{Type: CmdEnqueue, Msg: &Message{}},
+		{Type: CmdConfigure, Limits: Config{MessageTTL: -1, MaxLength: 2, MaxLengthBytes: 1 << 40, Overflow: RejectPublishDLX, DeliveryLimit: 5}},
 		{Type: CmdSettle, Tags: []Tag{{ID: 1, Count: 0}, {ID: 1 << 60, Count: 1 << 31}}},
 		{Type: CmdReturn, Tags: []Tag{{ID: 3, Count: 2}}},
 		{Type: CmdDiscard, Tags: []Tag{{ID: 4, Count: 0}}},
@@ -303,5 +304,28 @@ func TestStateDeadLetterRecords(t *testing.T) {
 	m.apply(Command{Type: CmdTick}, 100)
 	if m.s.now != 500 {
 		t.Fatalf("now %d", m.s.now)
+	}
+}
+
+// TestConfigureTrims: CmdConfigure's new length limit trims a drop-head queue from the head at
+// once, and a replicated state applies it from its log like any command.
+func TestConfigureTrims(t *testing.T) {
+	for _, replicated := range []bool{false, true} {
+		s := NewState(StateConfig{Config: DefaultConfig(), Replicated: replicated, Source: 7})
+		var fx Effects
+		for i := 0; i < 5; i++ {
+			fx = Effects{}
+			s.Apply(&Command{Type: CmdEnqueue, Msg: &Message{Body: []byte{byte('0' + i)}}}, 1000, &fx)
+		}
+		lim := DefaultConfig()
+		lim.MaxLength = 2
+		fx = Effects{}
+		s.Apply(&Command{Type: CmdConfigure, Limits: lim}, 1001, &fx)
+		if s.Ready() != 2 {
+			t.Fatalf("replicated %v: %d ready after max-length 2, want 2", replicated, s.Ready())
+		}
+		if !replicated && len(fx.Dead) != 3 || replicated && fx.DeadRecorded != 3 {
+			t.Fatalf("replicated %v: %d dead emitted, %d recorded, want 3 (max-length)", replicated, len(fx.Dead), fx.DeadRecorded)
+		}
 	}
 }
