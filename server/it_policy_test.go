@@ -6,7 +6,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
 )
 
 // getWithin polls basic.get until a message arrives, or fails after waitFor.
