@@ -336,6 +336,7 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen strin
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	cfg.StartAbort = ctx.Done()
 	var httpsTLS *tlsconf.Config
 	if httpsListen != "" {
 		var err error
