@@ -2,11 +2,12 @@ package policy
 
 import (
 	"encoding/json"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"warren/amqp/erlterm"
 )
 
 // erlTerm renders a JSON-decoded value the way RabbitMQ's error texts show it: they format the
@@ -37,11 +38,11 @@ func writeErlTerm(b *strings.Builder, v any) {
 			b.WriteString(string(v))
 			return
 		}
-		b.WriteString(erlFloat(f))
+		b.WriteString(erlterm.Float(f))
 	case float64:
-		b.WriteString(erlFloat(v))
+		b.WriteString(erlterm.Float(v))
 	case float32:
-		b.WriteString(erlFloat(float64(v)))
+		b.WriteString(erlterm.Float(float64(v)))
 	case int:
 		b.WriteString(strconv.Itoa(v))
 	case int64:
@@ -145,45 +146,6 @@ func printableCharList(v []any) (string, bool) {
 		sb.WriteByte(byte(c))
 	}
 	return sb.String(), true
-}
-
-// erlFloat formats a float as Erlang's ~p does: the shortest digits that read back exactly, in
-// fixed or scientific notation, whichever is shorter (fixed on a tie), always with a fraction.
-func erlFloat(f float64) string {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return strconv.FormatFloat(f, 'g', -1, 64)
-	}
-	digits := strconv.FormatFloat(math.Abs(f), 'e', -1, 64) // d.ddde±XX
-	mant, expText, _ := strings.Cut(digits, "e")
-	exp, _ := strconv.Atoi(expText)
-	ds := strings.Replace(mant, ".", "", 1)
-	sign := ""
-	if math.Signbit(f) {
-		sign = "-"
-	}
-	// Scientific: d.ddd e X, with at least one digit after the point.
-	sci := ds[:1] + "." + orZero(ds[1:]) + "e" + strconv.Itoa(exp)
-	// Fixed: the digits placed around the point.
-	var fixed string
-	switch {
-	case exp < 0:
-		fixed = "0." + strings.Repeat("0", -exp-1) + ds
-	case exp+1 >= len(ds):
-		fixed = ds + strings.Repeat("0", exp+1-len(ds)) + ".0"
-	default:
-		fixed = ds[:exp+1] + "." + ds[exp+1:]
-	}
-	if len(sci) < len(fixed) {
-		return sign + sci
-	}
-	return sign + fixed
-}
-
-func orZero(s string) string {
-	if s == "" {
-		return "0"
-	}
-	return s
 }
 
 // isIntLiteral reports whether a JSON number literal is an integer (Erlang's JSON decoders turn

@@ -152,16 +152,6 @@ func TestValidPolicies(t *testing.T) {
 	}
 }
 
-func TestErlFloat(t *testing.T) {
-	cases := map[float64]string{1.5: "1.5", 1000: "1.0e3", 100: "100.0", 0.1: "0.1", 0.0015: "0.0015",
-		-2.5: "-2.5", 1e20: "1.0e20", 123456.0: "123456.0", 0: "0.0", 1.25e-7: "1.25e-7"}
-	for f, want := range cases {
-		if got := erlFloat(f); got != want {
-			t.Errorf("erlFloat(%v) = %q, want %q", f, got, want)
-		}
-	}
-}
-
 func TestPatternMatching(t *testing.T) {
 	cases := []struct {
 		pattern string
