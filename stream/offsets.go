@@ -72,7 +72,6 @@ func (l *Log) Offsets() map[string]uint64 {
 	return maps.Clone(l.offsets)
 }
 
-
 // SetOffsets replaces every stored offset by those of m (a replicated stream's offsets restored
 // from its group's snapshot) and writes them.
 func (l *Log) SetOffsets(m map[string]uint64) {
