@@ -111,9 +111,11 @@ func (l *Log) EpochEnd(epoch uint64) (uint64, uint64) {
 	return e, l.written
 }
 
-// AddEpoch records that epoch starts at e.Start, which must be where the log ends: the marker a
-// follower writes when it reaches the start of its leader's epoch. It is durable on return.
-func (l *Log) AddEpoch(e EpochStart) error {
+// AddEpoch records that epoch e.Epoch starts at e.Start, which must be where the log ends: the
+// marker a follower writes when it reaches the start of an epoch in the history of its leader,
+// the leader of epoch leader (refused with ErrFenced if this replica promised a later one). It is
+// durable on return.
+func (l *Log) AddEpoch(leader uint64, e EpochStart) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.Lock()
@@ -125,6 +127,10 @@ func (l *Log) AddEpoch(e EpochStart) error {
 		w := l.written
 		l.mu.Unlock()
 		return fmt.Errorf("stream %d: epoch %d starts at %d, the log ends at %d", l.id, e.Epoch, e.Start, w)
+	}
+	if leader < l.fence {
+		l.mu.Unlock()
+		return ErrFenced
 	}
 	if n := len(l.history); n > 0 && l.history[n-1].Epoch >= e.Epoch {
 		last := l.history[n-1]
@@ -139,10 +145,15 @@ func (l *Log) AddEpoch(e EpochStart) error {
 	return l.writeMetaSync()
 }
 
-// AppendChunks appends the leader's chunks as they are (each must start where the log ends, in
-// the osiris format, with an intact data CRC). They are written as one storage batch; the durable
-// hook tells when they are on disk. The Log keeps the blobs.
-func (l *Log) AppendChunks(chunks []RawChunk) error {
+// ErrFenced refuses chunks from a leader of an epoch older than the one this replica promised.
+var ErrFenced = errors.New("stream: this replica follows a later epoch")
+
+// AppendChunks appends chunks of the leader of epoch as they are (each must start where the log
+// ends, in the osiris format, with an intact data CRC), unless this replica promised a later
+// epoch (ErrFenced: checked atomically with the append, so nothing lands after a promise). They
+// are written as one storage batch; the durable hook tells when they are on disk. The Log keeps
+// the blobs.
+func (l *Log) AppendChunks(epoch uint64, chunks []RawChunk) error {
 	if len(chunks) == 0 {
 		return nil
 	}
@@ -164,7 +175,7 @@ func (l *Log) AppendChunks(chunks []RawChunk) error {
 	if writing {
 		return fmt.Errorf("stream %d: append replicated chunks: this replica is writing", l.id)
 	}
-	return l.commitStaged(st, nil, false)
+	return l.commitStagedFenced(st, epoch)
 }
 
 // ReadChunks returns the stored chunks from offset from (a chunk boundary) up to about maxBytes

@@ -45,6 +45,9 @@ var (
 	// ErrNotLeader is passed to Append callbacks when this replica is not writing (it is a
 	// follower, or it stopped leading before the records were committed).
 	ErrNotLeader = errors.New("stream: this replica is not the stream's leader")
+	// ErrGap refuses an Append whose writer sequence skips numbers: an earlier record of that
+	// writer is not stored (yet); the writer sends it and everything after it again.
+	ErrGap = errors.New("stream: the writer's previous records are missing")
 )
 
 // Defaults of Options.
@@ -71,11 +74,15 @@ type Record struct {
 	Raw []byte
 	// Deduplication (not read back): a record whose PublishingID is not above the highest stored
 	// for PublisherID, or whose WriterSeq is not above the highest stored for WriterID, is dropped
-	// (and its Append still succeeds once the original is committed).
+	// (and its Append still succeeds once the original is committed). A WriterID's sequence must
+	// grow by one per record: an Append that would skip numbers fails with ErrGap.
 	PublisherID  string
 	PublishingID uint64
 	WriterID     string
 	WriterSeq    uint64
+	// WriterResync, on a request's first record, lifts the gap check: the writer knows that
+	// every earlier record of its own is resolved (stored, or dropped as a duplicate).
+	WriterResync bool
 }
 
 // Entry is a record read back with its offset. Its Props and Body share memory with the log's chunk

@@ -84,6 +84,21 @@ func (l *Log) run() {
 	}
 }
 
+// gapAt reports whether a request's first record with a writer sequence would leave a hole in
+// that writer's sequence (an earlier record of the writer is missing).
+func gapAt(recs []Record, seen func(string, uint64) (trackEntry, bool)) bool {
+	for i := range recs {
+		if w := recs[i].WriterID; w != "" {
+			if recs[i].WriterResync {
+				return false
+			}
+			e, _ := seen(w, recs[i].WriterSeq)
+			return recs[i].WriterSeq > e.seq+1
+		}
+	}
+	return false
+}
+
 // staged is a chunk on its way into the index: built by the writer or received by a follower.
 type staged struct {
 	info    chunkInfo
@@ -152,8 +167,14 @@ func (l *Log) writeSome(reqs []appendReq) int {
 		return e, ok && seq <= e.seq
 	}
 	var buildErr error
+	var gapped []appendReq
 	for nreq < len(reqs) && len(chunks) < maxChunksPerBatch && buildErr == nil {
 		r := &reqs[nreq]
+		if gapAt(r.recs, seen) {
+			gapped = append(gapped, *r)
+			nreq++
+			continue
+		}
 		first, kept := off, 0
 		var waitFor uint64 // a duplicate's original chunk must be committed first
 		for i := range r.recs {
@@ -212,6 +233,11 @@ func (l *Log) writeSome(reqs []appendReq) int {
 		nreq++
 	}
 	l.mu.RUnlock()
+	for _, g := range gapped {
+		if g.done != nil {
+			g.done(0, ErrGap)
+		}
+	}
 	if buildErr == nil {
 		buildErr = flush()
 	}
@@ -235,15 +261,29 @@ func (l *Log) writeSome(reqs []appendReq) int {
 	return nreq
 }
 
+// commitStagedFenced is commitStaged for a follower's chunks of the leader of epoch.
+func (l *Log) commitStagedFenced(chunks []staged, epoch uint64) error {
+	return l.commitStagedIf(chunks, nil, false, epoch)
+}
+
 // commitStaged puts chunks (contiguous from written) in the index and the cache, submits them
 // and their index records as one storage batch, and queues dones for the commit. assignSegs says
 // whether this replica numbers segments (the writer) or the chunks carry the leader's numbers.
 // wmu is held.
 func (l *Log) commitStaged(chunks []staged, dones []pendingDone, assignSegs bool) error {
+	return l.commitStagedIf(chunks, dones, assignSegs, 0)
+}
+
+// commitStagedIf is commitStaged that refuses (ErrFenced) when epoch > 0 is below the fence.
+func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bool, epoch uint64) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return ErrClosed
+	}
+	if epoch > 0 && epoch < l.fence {
+		l.mu.Unlock()
+		return ErrFenced
 	}
 	if l.failed != nil {
 		err := l.failed
