@@ -63,6 +63,8 @@ type Broker struct {
 	alarms atomic.Pointer[Alarms]
 
 	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
+	writerID       string   // this boot's writer id in stream deduplication tables
+	streams        sync.Map // stream queue id -> *Queue, for the stream service
 	nextConsumerID atomic.Uint64
 
 	janitor chan *Queue
@@ -96,6 +98,7 @@ func New(opts Options) (*Broker, error) {
 	b.nextConsumerID.Store(uint64(b.tag)<<48 | uint64(b.epoch)<<32)
 	b.vhosts["/"] = newVHost(b, "/")
 
+	b.startStreams()
 	b.wg.Add(1)
 	go b.runJanitor()
 	if err := b.recover(); err != nil {

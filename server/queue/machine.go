@@ -20,6 +20,11 @@ type Message struct {
 	// FilterValue is the x-stream-filter-value header, decoded once by the publishing session
 	// (streams index it; other queue types ignore it). Not stored by classic and quorum queues.
 	FilterValue string
+	// PublisherID and PublishingID are the x-publisher-id and x-publishing-id headers (decoded by
+	// the publishing session; "" = none): a stream stores the message only if the publishing id
+	// is above the highest stored for the publisher. Other queue types ignore them.
+	PublisherID  string
+	PublishingID uint64
 }
 
 // ConsumerID identifies a consumer within one queue. 0 is reserved for basic.get and must not be

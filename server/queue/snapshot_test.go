@@ -685,7 +685,7 @@ func TestSnapshotCoversAllFields(t *testing.T) {
 		{Machine{}, "cfg nextID levels top ready readyBytes tombs unacked timed expiry queuedLive atOnce " +
 			"consumers groups skipped seq sacActive sacQuiescing"},
 		{Config{}, "MaxPriority MessageTTL MaxLength MaxLengthBytes Overflow DeliveryLimit SingleActiveConsumer"},
-		{Message{}, "Exchange RoutingKey Props Body Persistent Priority BCC ExpiresAt FilterValue"}, // FilterValue: streams only, never in a queue snapshot,
+		{Message{}, "Exchange RoutingKey Props Body Persistent Priority BCC ExpiresAt FilterValue PublisherID PublishingID"}, // FilterValue: streams only, never in a queue snapshot,
 		{ConsumerSpec{}, "ID Prefetch Priority NoAck"},
 		{entry{}, "id msg count size flags prio redelivered timed"},
 		{unackedEntry{}, "entry owner deadline"},

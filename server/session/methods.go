@@ -732,6 +732,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 	}
 	var headers amqp.Table
 	var extra []string
+	var dedupeErr *amqp.Error
 	if len(msg.Props) >= 2 && msg.Props[0]&(byte(amqp.FlagHeaders>>8)|byte(amqp.FlagReplyTo>>8)) != 0 {
 		props, err := amqp.DecodeProperties(msg.Props)
 		if err != nil {
@@ -747,6 +748,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		}
 		headers = props.Headers
 		msg.FilterValue = core.FilterValue(headers)
+		msg.PublisherID, msg.PublishingID, dedupeErr = core.PublisherDedupe(headers)
 		extra = exchange.AppendKeys(extra, headers["CC"])
 		if bcc, ok := headers["BCC"]; ok {
 			n := len(extra)
@@ -776,6 +778,14 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 	ch.routeQueues, ch.routeNames, ok = v.Route(ch.routeQueues[:0], ch.routeNames, msg.Exchange, msg.RoutingKey, extra, headers)
 	if !ok {
 		return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", msg.Exchange, v.Name())
+	}
+	if dedupeErr != nil {
+		for _, q := range ch.routeQueues {
+			if q.Kind() == "stream" {
+				clear(ch.routeQueues)
+				return dedupeErr
+			}
+		}
 	}
 	delivered, rejected := false, false
 	var done queue.Done

@@ -69,7 +69,9 @@ func (r *Replica) Apply(cmd []byte) []byte {
 			if d.err {
 				break
 			}
-			r.log.StoreOffset(name, off)
+			if r.off.applied(name, off) {
+				r.log.StoreOffset(name, off)
+			}
 		}
 		if d.err {
 			r.logger.Error("malformed stream offsets command; skipped the rest")

@@ -13,20 +13,45 @@ type offsetWriter struct {
 	mu       sync.Mutex
 	dirty    map[string]uint64
 	inflight bool
+	// local holds the offsets stored on this node whose command has not applied yet: an older
+	// command of this node that applies meanwhile does not move them back.
+	local map[string]uint64
+}
+
+// applied tells whether a replicated offset may be set in the log (and forgets a local value
+// it confirms).
+func (w *offsetWriter) applied(name string, off uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.local[name]
+	if !ok {
+		return true
+	}
+	if v == off {
+		delete(w.local, name)
+		return true
+	}
+	return false
 }
 
 // StoreOffset stores offset under a consumer name (x-stream-consumer-name, a consumer group's
-// name): on every replica through the coordinator, or directly for a stream of one replica.
+// name): on every replica through the coordinator (asynchronously, coalesced), or directly for a
+// stream of one replica.
 func (r *Replica) StoreOffset(name string, offset uint64) {
 	if r.cfg.Coord == nil {
 		r.log.StoreOffset(name, offset)
 		return
 	}
+	// Seen here at once (a consumer of this node resuming reads its own store); every replica
+	// sets it again when the command applies.
+	r.log.StoreOffset(name, offset)
 	w := &r.off
 	w.mu.Lock()
 	if w.dirty == nil {
 		w.dirty = make(map[string]uint64)
+		w.local = make(map[string]uint64)
 	}
+	w.local[name] = offset
 	w.dirty[name] = offset
 	send := !w.inflight
 	if send {

@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/amqp"
 	"warren/server/queue"
 	"warren/stream"
+	"warren/stream/replica"
 )
 
 // Type opens stream queues.
@@ -22,9 +24,17 @@ type Type struct{}
 // Kind implements queue.Type.
 func (Type) Kind() string { return "stream" }
 
-// Open implements queue.Type: it opens (or creates) the stream's log. Retention comes from the
-// queue's arguments (x-max-length-bytes, x-max-age, x-stream-max-segment-size-bytes), which the
-// core has validated.
+// Replication is what Open needs to open a replicated stream: the core passes one in
+// OpenConfig.Extra (its type is the core's; streamq reads it through this interface).
+type Replication interface {
+	ReplicaConfig() replica.Config
+}
+
+// Open implements queue.Type: it opens (or creates) the stream's log and this node's replica.
+// Retention comes from the queue's arguments (x-max-length-bytes, x-max-age,
+// x-stream-max-segment-size-bytes), which the core has validated. With cfg.Extra a Replication
+// the stream is replicated; without, it is a stream of this node alone (streams declared before
+// replication existed).
 func (Type) Open(cfg queue.OpenConfig) (queue.Queue, error) {
 	maxBytes := cfg.Lifecycle.MaxLengthBytes
 	if maxBytes < 0 {
@@ -41,16 +51,37 @@ func (Type) Open(cfg queue.OpenConfig) (queue.Queue, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	l, err := stream.Open(cfg.DB, cfg.ID, stream.Options{
+	logger = logger.With("stream", cfg.Name, "vhost", cfg.VHost)
+	repl, replicated := cfg.Extra.(Replication)
+	var rep atomic.Pointer[replica.Replica]
+	opts := stream.Options{
+		Name:            cfg.Name,
 		MaxLengthBytes:  maxBytes,
 		MaxAge:          maxAge,
 		MaxSegmentBytes: seg,
-		Logger:          logger.With("stream", cfg.Name),
-	})
+		Logger:          logger,
+		Replicated:      replicated,
+	}
+	if replicated {
+		opts.OnRetention = func(first uint64) {
+			if r := rep.Load(); r != nil {
+				r.Retain(first)
+			}
+		}
+	}
+	l, err := stream.Open(cfg.DB, cfg.ID, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open stream '%s' in vhost '%s': %w", cfg.Name, cfg.VHost, err)
 	}
-	return &Queue{name: cfg.Name, vhost: cfg.VHost, log: l, logger: logger, cursors: make(map[queue.ConsumerID]*cursor)}, nil
+	rc := replica.Config{Logger: logger}
+	if replicated {
+		rc = repl.ReplicaConfig()
+		rc.Logger = logger
+	}
+	rc.Log = l
+	r := replica.New(rc)
+	rep.Store(r)
+	return &Queue{name: cfg.Name, vhost: cfg.VHost, log: l, rep: r, logger: logger, cursors: make(map[queue.ConsumerID]*cursor)}, nil
 }
 
 func stringArg(v any) (string, bool) {
@@ -66,7 +97,8 @@ func stringArg(v any) (string, bool) {
 // Queue is a stream queue.
 type Queue struct {
 	name, vhost string
-	log         *stream.Log
+	log         *stream.Log      // this node's copy
+	rep         *replica.Replica // its replication: publishes, named offsets
 	logger      *slog.Logger
 
 	mu      sync.Mutex
@@ -80,8 +112,11 @@ func (q *Queue) Name() string { return q.name }
 // Kind implements queue.Queue.
 func (q *Queue) Kind() string { return "stream" }
 
-// Log is the stream's log.
+// Log is this node's copy of the stream's log.
 func (q *Queue) Log() *stream.Log { return q.log }
+
+// Replica is this node's replica of the stream.
+func (q *Queue) Replica() *replica.Replica { return q.rep }
 
 // Publish implements queue.Queue: the record is appended to the log's open chunk; done runs once
 // the chunk holding it is written.
@@ -95,12 +130,13 @@ func (q *Queue) Publish(msg *queue.Message, done queue.Done) queue.PublishStatus
 		}
 		return queue.Gone
 	}
-	rec := stream.Record{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, Props: msg.Props, Body: msg.Body, FilterValue: msg.FilterValue}
-	var cb func(uint64, error)
+	rec := stream.Record{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, Props: msg.Props, Body: msg.Body,
+		FilterValue: msg.FilterValue, PublisherID: msg.PublisherID, PublishingID: msg.PublishingID}
+	var cb func(error)
 	if done != nil {
-		cb = func(_ uint64, err error) { done.Done(err) }
+		cb = done.Done
 	}
-	q.log.Append([]stream.Record{rec}, cb)
+	q.rep.Publish([]stream.Record{rec}, cb)
 	return queue.Accepted
 }
 
@@ -252,7 +288,7 @@ func (q *Queue) Delete() int {
 			cur.c.Cancelled(q, queue.CancelDeleted)
 		}
 	}
-	if err := q.log.Delete(); err != nil {
+	if err := q.rep.Delete(); err != nil {
 		q.logger.Error("cannot delete stream data", "stream", q.name, "err", err)
 	}
 	return 0
@@ -263,7 +299,7 @@ func (q *Queue) Close() {
 	for _, cur := range q.stopAll() {
 		cur.stop()
 	}
-	q.log.Close()
+	q.rep.Close()
 }
 
 func (q *Queue) stopAll() []*cursor {
@@ -490,6 +526,6 @@ func (c *cursor) commit() {
 	off := c.committed
 	c.mu.Unlock()
 	if moved {
-		c.q.log.StoreOffset(c.name, off)
+		c.q.rep.StoreOffset(c.name, off)
 	}
 }

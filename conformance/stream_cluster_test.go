@@ -1,0 +1,513 @@
+package conformance
+
+// Replicated streams (issue 14 point 1): one stream across a 3-node cluster, publishers and a
+// consumer on different nodes, random SIGKILLs of any node (the stream's leader among them) and
+// restarts. Every confirmed message is kept, confirms resume within 5 s, and every node serves the
+// same messages at the same dense offsets.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// streamGroupName is the status name of stream s's coordination group in vhost "/".
+func streamGroupName(s string) string { return fmt.Sprintf("stream '%s' in vhost '/'", s) }
+
+// declareStreamRetry declares durable stream s through url, retrying while the cluster elects.
+func declareStreamRetry(t testing.TB, url, s string, args amqp.Table, d time.Duration) {
+	t.Helper()
+	a := amqp.Table{"x-queue-type": "stream"}
+	for k, v := range args {
+		a[k] = v
+	}
+	deadline := time.Now().Add(d)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err != nil {
+			lastErr = err
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			_, err = ch.QueueDeclare(s, true, false, false, false, a)
+		}
+		_ = conn.Close()
+		if err == nil {
+			return
+		}
+		lastErr = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("declare stream %s through %s: still failing after %v: %v", s, url, d, lastErr)
+}
+
+// chaosPublisher publishes bodies "<name>-<seq>" in confirm mode with a window, moving to the
+// next URL when its session ends; nacked or unsettled publishes go out again. It records every
+// confirm's time to measure the longest stall.
+type chaosPublisher struct {
+	name   string
+	urls   []string
+	window int
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu        sync.Mutex
+	confirmed map[string]bool
+	ackTimes  []time.Time
+	sessions  []string
+	published int
+}
+
+func (p *chaosPublisher) run() {
+	defer close(p.done)
+	seq := 0
+	var retry []string
+	for i := 0; ; i++ {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		url := p.urls[i%len(p.urls)]
+		conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			err = ch.Confirm(false)
+		}
+		if err != nil {
+			_ = conn.Close()
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		start := time.Now()
+		var reason string
+		retry, reason = p.session(ch, &seq, retry)
+		p.mu.Lock()
+		p.sessions = append(p.sessions, fmt.Sprintf("%s: %v on %s: %s", p.name, time.Since(start).Round(time.Millisecond), url, reason))
+		p.mu.Unlock()
+		_ = conn.Close()
+	}
+}
+
+type chaosPending struct {
+	dc   *amqp.DeferredConfirmation
+	body string
+}
+
+func (p *chaosPublisher) session(ch *amqp.Channel, seq *int, retry []string) ([]string, string) {
+	var window []chaosPending
+	settle := func(x chaosPending) {
+		if x.dc.Acked() {
+			p.mu.Lock()
+			p.confirmed[x.body] = true
+			p.ackTimes = append(p.ackTimes, time.Now())
+			p.mu.Unlock()
+			return
+		}
+		retry = append(retry, x.body)
+	}
+	defer func() {
+		for _, x := range window {
+			select {
+			case <-x.dc.Done():
+				settle(x)
+			case <-time.After(30 * time.Second):
+				retry = append(retry, x.body)
+			}
+		}
+	}()
+	for {
+		for len(window) > 0 {
+			if len(window) >= p.window {
+				select {
+				case <-window[0].dc.Done():
+				case <-p.stop:
+					return retry, "stopped"
+				}
+			} else if !isDone(window[0].dc) {
+				break
+			}
+			settle(window[0])
+			window = window[1:]
+		}
+		select {
+		case <-p.stop:
+			return retry, "stopped"
+		default:
+		}
+		if ch.IsClosed() {
+			return retry, "channel closed"
+		}
+		var body string
+		if len(retry) > 0 {
+			body, retry = retry[0], retry[1:]
+		} else {
+			body = fmt.Sprintf("%s-%07d", p.name, *seq)
+			*seq++
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "chaos.stream", false, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(body)})
+		cancel()
+		if err != nil {
+			retry = append(retry, body)
+			return retry, fmt.Sprintf("publish: %v", err)
+		}
+		p.mu.Lock()
+		p.published++
+		p.mu.Unlock()
+		window = append(window, chaosPending{dc, body})
+	}
+}
+
+// longestStall is the longest time between two confirms (or from the first publish to the first
+// confirm) while the publisher ran.
+func (p *chaosPublisher) longestStall(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last := from
+	var worst time.Duration
+	for _, at := range p.ackTimes {
+		if at.Before(from) {
+			continue
+		}
+		if at.After(to) {
+			break
+		}
+		worst = max(worst, at.Sub(last))
+		last = at
+	}
+	return max(worst, to.Sub(last))
+}
+
+// streamReadAll reads stream s through url from offset 0 until it saw want bodies (when want > 0)
+// and then nothing new for quiet, or until d passes. It returns the bodies by offset.
+func streamReadAll(t testing.TB, url, s string, want int, quiet, d time.Duration) (map[int64]string, error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Qos(1000, 0, false); err != nil {
+		return nil, err
+	}
+	deliveries, err := ch.Consume(s, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[int64]string)
+	deadline := time.After(d)
+	idle := time.NewTimer(quiet)
+	defer idle.Stop()
+	n := 0
+	for {
+		select {
+		case dl, ok := <-deliveries:
+			if !ok {
+				return got, fmt.Errorf("consumer closed after %d deliveries", len(got))
+			}
+			off := streamOffsetOf(t, dl)
+			if prev, dup := got[off]; dup && prev != string(dl.Body) {
+				return got, fmt.Errorf("offset %d delivered twice with different bodies %q and %q", off, prev, dl.Body)
+			}
+			got[off] = string(dl.Body)
+			n++
+			if n%200 == 0 {
+				_ = dl.Ack(true)
+			}
+			if want == 0 || len(got) >= want {
+				idle.Reset(quiet)
+			}
+		case <-idle.C:
+			if want == 0 || len(got) >= want {
+				return got, nil
+			}
+			idle.Reset(quiet)
+		case <-deadline:
+			return got, fmt.Errorf("read %d messages within %v (want at least %d)", len(got), d, want)
+		}
+	}
+}
+
+// TestClusterStreamChaos: a stream on three nodes; two confirm-mode publishers (on n2 and n3 by
+// preference) and a consumer (on n1) run while a random node, the stream's leader every third
+// time, is SIGKILLed and restarted, WARREN_STREAM_CHAOS_KILLS times (default 6). Afterwards
+// every node serves the same bodies at the same offsets 0..N-1, every confirmed body among them,
+// the consumer saw every confirmed body, and no publisher waited more than 5 s for a confirm.
+func TestClusterStreamChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills nodes of a 3-node cluster repeatedly; skipped with -short")
+	}
+	kills := envInt(t, "WARREN_STREAM_CHAOS_KILLS", 6)
+	const s = "chaos.stream"
+	group := streamGroupName(s)
+	c := newTestCluster(t, 3)
+	c.startAll(30 * time.Second)
+	declareStreamRetry(t, c.Nodes[0].URL, s, nil, 30*time.Second)
+	st := pollStatus(t, 30*time.Second, group+" has a leader", c.Nodes, func(s clusterStatus) bool {
+		g, ok := s.group(group)
+		return ok && g.Leader != ""
+	})
+	if g, _ := st.group(group); len(g.Voters) != 3 {
+		t.Errorf("stream group has voters %v, want the 3 nodes (x-initial-cluster-size defaults to 3)", g.Voters)
+	}
+	prefer := func(i int) []string {
+		var urls []string
+		for k := range c.Nodes {
+			urls = append(urls, c.Nodes[(i+k)%len(c.Nodes)].URL)
+		}
+		return urls
+	}
+	pubs := []*chaosPublisher{
+		{name: "p2", urls: prefer(1), window: 100},
+		{name: "p3", urls: prefer(2), window: 100},
+	}
+	for _, p := range pubs {
+		p.stop, p.done, p.confirmed = make(chan struct{}), make(chan struct{}), make(map[string]bool)
+		go p.run()
+	}
+	stopPubs := func() {
+		for _, p := range pubs {
+			select {
+			case <-p.stop:
+			default:
+				close(p.stop)
+			}
+		}
+		for _, p := range pubs {
+			select {
+			case <-p.done:
+			case <-time.After(60 * time.Second):
+				t.Errorf("publisher %s did not stop within 60s", p.name)
+			}
+		}
+	}
+	defer stopPubs()
+
+	// The consumer follows along on n1 (then elsewhere), resuming after the last offset it saw.
+	var (
+		cmu      sync.Mutex
+		consumed = make(map[string]bool)
+		lastOff  = int64(-1)
+		cstop    = make(chan struct{})
+		cdone    = make(chan struct{})
+		cevents  []string
+	)
+	go func() {
+		defer close(cdone)
+		urls := prefer(0)
+		for i := 0; ; i++ {
+			select {
+			case <-cstop:
+				return
+			default:
+			}
+			conn, err := amqp.DialConfig(urls[i%len(urls)], amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+			if err != nil {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			ch, err := conn.Channel()
+			if err == nil {
+				err = ch.Qos(500, 0, false)
+			}
+			var deliveries <-chan amqp.Delivery
+			if err == nil {
+				cmu.Lock()
+				from := lastOff + 1
+				cmu.Unlock()
+				deliveries, err = ch.Consume(s, "", false, false, false, false, amqp.Table{"x-stream-offset": from})
+			}
+			if err != nil {
+				_ = conn.Close()
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			n := 0
+		session:
+			for {
+				select {
+				case <-cstop:
+					_ = conn.Close()
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						break session
+					}
+					off := streamOffsetOf(t, d)
+					cmu.Lock()
+					if off != lastOff+1 {
+						cevents = append(cevents, fmt.Sprintf("offset %d after %d", off, lastOff))
+					}
+					lastOff = max(lastOff, off)
+					consumed[string(d.Body)] = true
+					cmu.Unlock()
+					if n++; n%100 == 0 {
+						_ = d.Ack(true)
+					}
+				}
+			}
+			_ = conn.Close()
+		}
+	}()
+
+	begin := time.Now()
+	time.Sleep(2 * time.Second)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
+	leaderKills := 0
+	for k := range kills {
+		var victim *clusterNode
+		if k%3 == 0 {
+			st := pollStatus(t, 20*time.Second, group+" has a leader before kill", c.Nodes, func(s clusterStatus) bool {
+				g, ok := s.group(group)
+				return ok && g.Leader != ""
+			})
+			g, _ := st.group(group)
+			victim = c.node(g.Leader)
+			leaderKills++
+		} else {
+			victim = c.Nodes[rng.IntN(len(c.Nodes))]
+		}
+		confirmedBefore := 0
+		for _, p := range pubs {
+			p.mu.Lock()
+			confirmedBefore += len(p.confirmed)
+			p.mu.Unlock()
+		}
+		victim.kill9()
+		t.Logf("kill %d: SIGKILL %s (%d confirmed so far)", k+1, victim.ID, confirmedBefore)
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		victim.launch()
+		victim.waitAccepting(30 * time.Second)
+		time.Sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	end := time.Now()
+	stopPubs()
+
+	total := 0
+	confirmed := make(map[string]bool)
+	for _, p := range pubs {
+		p.mu.Lock()
+		for b := range p.confirmed {
+			confirmed[b] = true
+		}
+		total += p.published
+		p.mu.Unlock()
+		stall := p.longestStall(begin, end)
+		t.Logf("publisher %s: %d published, %d confirmed, longest confirm stall %v", p.name, p.published, len(p.confirmed), stall.Round(time.Millisecond))
+		if stall >= 5*time.Second {
+			p.mu.Lock()
+			t.Errorf("publisher %s waited %v for a confirm (want < 5s); sessions:\n%s", p.name, stall.Round(time.Millisecond), strings.Join(p.sessions, "\n"))
+			p.mu.Unlock()
+		}
+	}
+	if len(confirmed) < 1000 {
+		t.Fatalf("only %d publishes were confirmed in %v", len(confirmed), end.Sub(begin))
+	}
+
+	// The consumer catches up with everything confirmed.
+	if !pollUntil(60*time.Second, func() bool {
+		cmu.Lock()
+		defer cmu.Unlock()
+		for b := range confirmed {
+			if !consumed[b] {
+				return false
+			}
+		}
+		return true
+	}) {
+		cmu.Lock()
+		n := 0
+		for b := range confirmed {
+			if !consumed[b] {
+				n++
+			}
+		}
+		cmu.Unlock()
+		t.Errorf("the following consumer is missing %d of %d confirmed messages", n, len(confirmed))
+	}
+	close(cstop)
+	<-cdone
+	cmu.Lock()
+	if len(cevents) > 0 {
+		t.Logf("consumer offset jumps (a reconnect resumes after the last offset seen): %v", cevents[:min(len(cevents), 10)])
+	}
+	cmu.Unlock()
+
+	// Every node serves the same messages at the same dense offsets.
+	var ref map[int64]string
+	var refNode string
+	for _, nd := range c.Nodes {
+		got, err := streamReadAll(t, nd.URL, s, len(confirmed), 3*time.Second, 90*time.Second)
+		if err != nil {
+			t.Fatalf("read the stream through %s: %v", nd.ID, err)
+		}
+		lost := 0
+		var some []string
+		bodies := make(map[string]bool, len(got))
+		for _, b := range got {
+			bodies[b] = true
+		}
+		for b := range confirmed {
+			if !bodies[b] {
+				lost++
+				if len(some) < 10 {
+					some = append(some, b)
+				}
+			}
+		}
+		offs := make([]int64, 0, len(got))
+		for o := range got {
+			offs = append(offs, o)
+		}
+		slices.Sort(offs)
+		if len(offs) > 0 && (offs[0] != 0 || offs[len(offs)-1] != int64(len(offs)-1)) {
+			t.Errorf("node %s: offsets %d..%d for %d messages: not dense from 0", nd.ID, offs[0], offs[len(offs)-1], len(offs))
+		}
+		t.Logf("node %s: %d messages at offsets 0..%d, %d of %d confirmed missing", nd.ID, len(got), len(got)-1, lost, len(confirmed))
+		if lost > 0 {
+			t.Errorf("LOST on node %s: %d of %d confirmed messages, e.g. %v", nd.ID, lost, len(confirmed), some)
+		}
+		if ref == nil {
+			ref, refNode = got, nd.ID
+			continue
+		}
+		if len(got) != len(ref) {
+			t.Errorf("node %s has %d messages, node %s %d", nd.ID, len(got), refNode, len(ref))
+		}
+		diff := 0
+		for o, b := range ref {
+			if got[o] != b {
+				if diff < 5 {
+					t.Errorf("offset %d: node %s has %q, node %s %q", o, refNode, b, nd.ID, got[o])
+				}
+				diff++
+			}
+		}
+		if diff > 0 {
+			t.Errorf("%d offsets differ between node %s and node %s", diff, refNode, nd.ID)
+		}
+	}
+	t.Logf("%d kills (%d of the stream leader) over %v; %d published, %d distinct confirmed", kills, leaderKills,
+		end.Sub(begin).Round(time.Second), total, len(confirmed))
+}
+
