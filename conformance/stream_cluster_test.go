@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -192,6 +194,24 @@ func (p *chaosPublisher) longestStall(from, to time.Time) time.Duration {
 		last = at
 	}
 	return max(worst, to.Sub(last))
+}
+
+// stalls lists the intervals longer than d without a confirm.
+func (p *chaosPublisher) stalls(from, to time.Time, d time.Duration) [][2]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out [][2]time.Time
+	last := from
+	for _, at := range p.ackTimes {
+		if at.Before(from) || at.After(to) {
+			continue
+		}
+		if at.Sub(last) > d {
+			out = append(out, [2]time.Time{last, at})
+		}
+		last = at
+	}
+	return out
 }
 
 // streamReadAll reads stream s through url from offset 0 until it saw want bodies (when want > 0)
@@ -392,8 +412,11 @@ func TestClusterStreamChaos(t *testing.T) {
 			confirmedBefore += len(p.confirmed)
 			p.mu.Unlock()
 		}
+		if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" && victim.b != nil {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", victim.ID, victim.lives)), []byte(victim.b.logs()), 0o644)
+		}
 		victim.kill9()
-		t.Logf("kill %d: SIGKILL %s (%d confirmed so far)", k+1, victim.ID, confirmedBefore)
+		t.Logf("kill %d: SIGKILL %s at %s (%d confirmed so far)", k+1, victim.ID, time.Now().Format("15:04:05.000"), confirmedBefore)
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
 		victim.launch()
 		victim.waitAccepting(30 * time.Second)
@@ -414,6 +437,9 @@ func TestClusterStreamChaos(t *testing.T) {
 		p.mu.Unlock()
 		stall := p.longestStall(begin, end)
 		t.Logf("publisher %s: %d published, %d confirmed, longest confirm stall %v", p.name, p.published, len(p.confirmed), stall.Round(time.Millisecond))
+		for _, st := range p.stalls(begin, end, 2*time.Second) {
+			t.Logf("publisher %s: no confirm from %s to %s", p.name, st[0].Format("15:04:05.000"), st[1].Format("15:04:05.000"))
+		}
 		if stall >= 5*time.Second {
 			p.mu.Lock()
 			t.Errorf("publisher %s waited %v for a confirm (want < 5s); sessions:\n%s", p.name, stall.Round(time.Millisecond), strings.Join(p.sessions, "\n"))
@@ -507,7 +533,13 @@ func TestClusterStreamChaos(t *testing.T) {
 			t.Errorf("%d offsets differ between node %s and node %s", diff, refNode, nd.ID)
 		}
 	}
+	if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" {
+		for _, nd := range c.Nodes {
+			if nd.b != nil {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", nd.ID, nd.lives)), []byte(nd.b.logs()), 0o644)
+			}
+		}
+	}
 	t.Logf("%d kills (%d of the stream leader) over %v; %d published, %d distinct confirmed", kills, leaderKills,
 		end.Sub(begin).Round(time.Second), total, len(confirmed))
 }
-

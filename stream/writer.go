@@ -304,6 +304,17 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 			l.mu.Unlock()
 			return fmt.Errorf("stream %d: chunk at offset %d does not follow the log's end %d", l.id, ci.first, end)
 		}
+		if epoch > 0 {
+			// A follower holds a chunk of an epoch only after that epoch's start marker.
+			var last uint64
+			if n := len(l.history); n > 0 {
+				last = l.history[n-1].Epoch
+			}
+			if ci.epoch > last {
+				l.mu.Unlock()
+				return fmt.Errorf("stream %d: chunk at offset %d of epoch %d arrived before that epoch's start (last epoch %d)", l.id, ci.first, ci.epoch, last)
+			}
+		}
 		if assignSegs {
 			if lastSeg.bytes > 0 && lastSeg.bytes+ci.size > l.opts.MaxSegmentBytes {
 				lastSeg = segInfo{num: lastSeg.num + 1}

@@ -62,9 +62,9 @@ type Broker struct {
 	conns  connRegistry
 	alarms atomic.Pointer[Alarms]
 
-	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
+	tag, epoch     uint16   // this node's tag and this boot's epoch in consumer ids
 	writerID       string   // this boot's writer id in stream deduplication tables
-	streams        sync.Map // stream queue id -> *Queue, for the stream service
+	streams        sync.Map // stream queue id -> StreamQueue, for the stream service
 	nextConsumerID atomic.Uint64
 
 	janitor chan *Queue

@@ -68,7 +68,7 @@ func (b *Broker) serveStream(c net.Conn, br *bufio.Reader) {
 		return // not (yet) opened here: the other side tries again
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	v.(*Queue).Queue.(StreamQueue).Replica().Serve(hdr[8], c, br)
+	v.(StreamQueue).Replica().Serve(hdr[8], c, br)
 }
 
 // openStreamReplica opens this node's replica of a stream and starts its coordination group.
@@ -90,7 +90,7 @@ func (b *Broker) openStreamReplica(q *Queue, cfg queue.OpenConfig) error {
 		return errors.New("the stream queue type does not replicate")
 	}
 	r := sq.Replica()
-	b.streams.Store(q.id, q)
+	b.streams.Store(q.id, sq)
 	g, err := b.node.StartGroup(clusterGroupConfig(q.id, fmt.Sprintf("stream '%s' in vhost '%s'", q.name, q.vhost.name),
 		&streamFSM{r: r}, q.voters, q.nonvoters, true, r.LeaderChanged))
 	if err != nil {
@@ -105,8 +105,8 @@ func (b *Broker) openStreamReplica(q *Queue, cfg queue.OpenConfig) error {
 
 // forgetStream drops a stream from the service's table.
 func (b *Broker) forgetStream(q *Queue) {
-	if q.kind == "stream" {
-		b.streams.CompareAndDelete(q.id, q)
+	if sq, ok := q.Queue.(StreamQueue); ok {
+		b.streams.CompareAndDelete(q.id, sq)
 	}
 }
 

@@ -199,6 +199,18 @@ func (r *Replica) streamTo(c net.Conn, br *bufio.Reader, w *bufio.Writer, h hell
 			}
 		}
 		chunks, err := r.log.ReadChunks(pos, fetchBytes)
+		// A batch stops where the next epoch starts: its marker goes first.
+		for _, e := range hist {
+			if e.Epoch > lastEpoch && e.Start > pos {
+				for i, ch := range chunks {
+					if h, herr := osiris.ParseHeader(ch.Blob); herr == nil && h.ChunkID >= e.Start {
+						chunks = chunks[:i]
+						break
+					}
+				}
+				break
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, stream.ErrBelowFirst) && !errors.Is(err, stream.ErrClosed) {
 				r.logger.Warn("stream: cannot read chunks for a follower", "follower", h.node, "offset", pos, "err", err)

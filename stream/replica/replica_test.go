@@ -740,3 +740,36 @@ func TestDivergentLeaderTruncates(t *testing.T) {
 		}
 	}
 }
+
+// TestCatchUpAcrossEpochs: a follower that was down while the leadership moved twice catches up
+// in large batches and records every epoch's start on its way (a batch stops at an epoch start),
+// so its history, not only its chunks, matches the leader's.
+func TestCatchUpAcrossEpochs(t *testing.T) {
+	c := newTestCluster(t, 3, stream.Options{ChunkMaxRecords: 5})
+	c.setLeader("n1")
+	c.waitLeading("n1", 5*time.Second)
+	c.node("n3").stop()
+	pub := func(via string, from, to int) {
+		for i := from; i < to; i++ {
+			if err := publishSync(c.node(via).replica(), stream.Record{Body: body(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pub("n1", 0, 23)
+	c.setLeader("n2")
+	c.waitLeading("n2", 5*time.Second)
+	pub("n2", 23, 51)
+	c.setLeader("n1")
+	c.waitLeading("n1", 5*time.Second)
+	pub("n2", 51, 60)
+	c.node("n3").start()
+	c.waitConverged(10 * time.Second)
+	want := c.node("n1").replica().Log().History()
+	if got := c.node("n3").replica().Log().History(); !slices.Equal(got, want) {
+		t.Fatalf("n3's epoch history %v, the leader's %v", got, want)
+	}
+	if len(want) < 3 {
+		t.Fatalf("leader's history %v: want three epochs", want)
+	}
+}
