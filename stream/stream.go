@@ -58,6 +58,7 @@ const (
 	DefaultCacheBytes      = 8 << 20
 	defaultQueueBytes      = 16 << 20
 	maxChunksPerBatch      = 16
+	writerInflight         = 1
 )
 
 // Record is one message in a stream.
@@ -206,6 +207,7 @@ type Log struct {
 	cache *chunkCache
 
 	wake       chan struct{} // capacity 1: pokes the writer
+	writeSem   chan struct{} // the writer's storage batches in flight (capacity writerInflight)
 	stop       chan struct{} // closed by Close
 	writerDone chan struct{}
 
@@ -267,6 +269,7 @@ func Open(db *storage.DB, id uint64, opts Options) (*Log, error) {
 		writeCh:    make(chan struct{}),
 		cache:      newChunkCache(opts.CacheBytes),
 		wake:       make(chan struct{}, 1),
+		writeSem:   make(chan struct{}, writerInflight),
 		stop:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 		offsets:    make(map[string]uint64),

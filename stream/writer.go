@@ -352,11 +352,19 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 	if len(chunks) == 0 {
 		return nil
 	}
+	if assignSegs {
+		// The writer keeps one batch in flight: what is appended meanwhile becomes the next
+		// batch's chunks, so chunks grow with the load instead of splitting it.
+		l.writeSem <- struct{}{}
+	}
 	l.async.Add(1)
 	l.chunkWrites.Add(1)
 	l.db.Commit(&b, func(err error) {
 		defer l.async.Done()
 		defer l.chunkWrites.Done()
+		if assignSegs {
+			<-l.writeSem // first: stored may apply retention, which waits for the writer
+		}
 		l.stored(end, err)
 	})
 	return nil
