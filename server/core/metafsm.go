@@ -33,6 +33,8 @@ const (
 	opDeleteQueue
 	opBind
 	opUnbind
+	opPutSuperStream    // a super stream: its exchange, partitions and bindings at once
+	opDeleteSuperStream // a super stream's exchange and partitions
 )
 
 // metaCmdVersion is the first byte of a command. Format-1 commands were AMQP tables, whose first
@@ -159,6 +161,18 @@ func (b *Broker) applyOp(op metaOp, rec []byte, batch *storage.Batch) {
 			if v := b.vhostFor(vhost); v != nil {
 				if aerr := v.applyBinding(r.Binding, op == opBind, batch); aerr != nil {
 					b.log.Debug("replicated binding change not applied", "vhost", vhost, "source", r.Source, "destination", r.Dest, "err", aerr.Text)
+				}
+			}
+		}
+	case opPutSuperStream, opDeleteSuperStream:
+		var t amqp.Table
+		if t, err = decodeRecord(rec); err == nil {
+			vhost = str(t, "vhost")
+			exb, _ := t["exchange"].([]byte)
+			var ex ExchangeRecord
+			if ex, err = decodeExchange(exb); err == nil {
+				if v := b.vhostFor(ex.VHost); v != nil {
+					v.applySuperStream(t, op == opPutSuperStream, batch)
 				}
 			}
 		}
