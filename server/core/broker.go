@@ -65,6 +65,7 @@ type Broker struct {
 	tag, epoch     uint16   // this node's tag and this boot's epoch in consumer ids
 	writerID       string   // this boot's writer id in stream deduplication tables
 	streams        sync.Map // stream queue id -> StreamQueue, for the stream service
+	groups         groups   // consumer groups (groups.go)
 	nextConsumerID atomic.Uint64
 
 	janitor chan *Queue
@@ -88,6 +89,8 @@ func New(opts Options) (*Broker, error) {
 		janitor: make(chan *Queue, 64),
 		quit:    make(chan struct{}),
 	}
+	b.groups.byKey = make(map[groupKey]*groupState)
+	b.groups.local = make(map[uint64]*localMember)
 	for _, t := range opts.Types {
 		b.types[t.Kind()] = t
 	}
@@ -109,6 +112,7 @@ func New(opts Options) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	b.forgetOwnBoots()
 	return b, nil
 }
 
@@ -121,6 +125,7 @@ func (b *Broker) Close() {
 	default:
 	}
 	close(b.quit)
+	b.closeGroups()
 	b.wg.Wait()
 	if a := b.alarms.Load(); a != nil {
 		a.Stop()

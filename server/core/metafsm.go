@@ -164,6 +164,8 @@ func (b *Broker) applyOp(op metaOp, rec []byte, batch *storage.Batch) {
 				}
 			}
 		}
+	case opGroup:
+		b.applyGroup(rec, batch)
 	case opPutSuperStream, opDeleteSuperStream:
 		var t amqp.Table
 		if t, err = decodeRecord(rec); err == nil {
@@ -296,7 +298,7 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // replicatedKinds are the record kinds the metadata group replicates.
-var replicatedKinds = [...]byte{kindExchange, kindQueue, kindBinding}
+var replicatedKinds = [...]byte{kindExchange, kindQueue, kindBinding, kindGroup}
 
 // Persist implements raft.FSMSnapshot: magic, applied index, then (key, value) pairs with
 // uvarint lengths, ending with an empty key.
@@ -376,7 +378,7 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 			}
 		}
 	}
-	for _, kind := range replicatedKinds {
+	for _, kind := range [...]byte{kindExchange, kindQueue, kindBinding} {
 		op := map[byte]metaOp{kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}[kind]
 		for k, val := range want {
 			if k[1] == kind {
@@ -384,6 +386,7 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 			}
 		}
 	}
+	b.restoreGroups(have, want, &batch)
 	b.applied.Store(applied)
 	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, applied))
 	if err := b.db.CommitSync(&batch); err != nil {

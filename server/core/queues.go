@@ -316,6 +316,9 @@ func (v *VHost) removeQueue(q *Queue, batch *storage.Batch) (int, exchange.Remov
 	}
 	n := q.Queue.Delete()
 	v.b.forgetStream(q)
+	if q.kind == "stream" && batch != nil {
+		v.b.dropGroupsOf(v.name, q.name, batch)
+	}
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)

@@ -159,6 +159,7 @@ func (b *Broker) PeerChanged(id string, up bool) {
 		return
 	}
 	b.log.Warn("cluster node down", "node", id)
+	b.groupNodeGone(id)
 	tag := nodeTag(id)
 	for _, v := range b.VHosts() {
 		for _, q := range v.Queues() {

@@ -205,6 +205,7 @@ func (v *VHost) applySuperStream(rec amqp.Table, put bool, batch *storage.Batch)
 			}
 		}
 		v.applyDeleteExchange(ex, batch)
+		v.b.dropGroupsOf(v.name, ex.Name, batch)
 		v.b.log.Info("super stream deleted", "vhost", v.name, "super_stream", ex.Name)
 		return
 	}

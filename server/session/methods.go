@@ -316,7 +316,16 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m, tag)
 	}
-	q, err := ch.useQueue(m.Queue)
+	var q *core.Queue
+	var err *amqp.Error
+	if g, ok := m.Arguments["x-stream-consumer-group"]; ok {
+		var name string
+		if name, err = ch.resolveQueueName(m.Queue); err == nil {
+			q, err = c.vhost.GroupQueue(name, g)
+		}
+	} else {
+		q, err = ch.useQueue(m.Queue)
+	}
 	if err != nil {
 		return err
 	}

@@ -250,12 +250,19 @@ func (q *Queue) Cancel(id queue.ConsumerID) bool {
 // Settle implements queue.Queue: acks are credit and move the named offset. Streams refuse nack
 // and reject, as RabbitMQ does, with a connection error.
 func (q *Queue) Settle(id queue.ConsumerID, op queue.SettleOp, tags []queue.Tag) error {
-	if op != queue.SettleAck {
-		return q.errorf(amqp.NotImplemented, "basic.nack and basic.reject not supported by stream queues queue '%s' in vhost '%s'")
-	}
 	q.mu.Lock()
 	cur := q.cursors[id]
 	q.mu.Unlock()
+	if op != queue.SettleAck {
+		if cur != nil && cur.onIdle != nil {
+			// A consumer group member's deliveries given back (its channel closed, or a nack that
+			// closes its connection): they no longer count as held, nothing is committed.
+			if cur.abandon(tags) {
+				q.forget(id, cur)
+			}
+		}
+		return q.errorf(amqp.NotImplemented, "basic.nack and basic.reject not supported by stream queues queue '%s' in vhost '%s'")
+	}
 	if cur == nil {
 		return nil
 	}
@@ -360,6 +367,9 @@ type cursor struct {
 	prefetch        int64
 	filters         map[string]bool
 	matchUnfiltered bool
+	partition       string      // consumer groups: the x-stream-partition header ("" = none)
+	onIdle          func(int64) // consumer groups: once paused and settled (committed offset, -1 none)
+	start           uint64      // the first offset delivered
 
 	mu        sync.Mutex
 	next      uint64   // next offset to read
@@ -369,6 +379,8 @@ type cursor struct {
 	committed uint64 // highest contiguous offset done (valid when hasCommit)
 	hasCommit bool
 	stopped   bool
+	paused    bool // consumer groups: deliver nothing more (the partition is moving)
+	idleFired bool
 
 	kick chan struct{}
 	quit chan struct{}
@@ -416,8 +428,9 @@ func (c *cursor) run() {
 		c.mu.Lock()
 		credit := c.prefetch - c.inflight
 		from := c.next
+		paused := c.paused
 		c.mu.Unlock()
-		if credit <= 0 || !c.c.HasRoom(c) {
+		if paused || credit <= 0 || !c.c.HasRoom(c) {
 			select {
 			case <-c.quit:
 				return
@@ -455,6 +468,10 @@ func (c *cursor) run() {
 			e := &buf[i]
 			pass := c.matches(e.FilterValue)
 			c.mu.Lock()
+			if c.paused {
+				c.mu.Unlock()
+				break // the rest of the batch goes to the partition's next owner
+			}
 			c.next = e.Offset + 1
 			if c.name != "" {
 				c.track = append(c.track, e.Offset)
@@ -467,14 +484,18 @@ func (c *cursor) run() {
 			}
 			c.mu.Unlock()
 			if pass {
-				msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey,
-					Props: amqp.WithHeader(e.Props, "x-stream-offset", int64(e.Offset)), Body: e.Body}
+				props := amqp.WithHeader(e.Props, "x-stream-offset", int64(e.Offset))
+				if c.partition != "" {
+					props = amqp.WithHeader(props, "x-stream-partition", c.partition)
+				}
+				msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Props: props, Body: e.Body}
 				if !c.c.Deliver(c.q, queue.Delivery{Consumer: c.id, ID: e.Offset, Msg: msg}) {
 					return
 				}
 			}
 			buf[i] = stream.Entry{}
 		}
+		clear(buf)
 		c.commit()
 	}
 }
@@ -491,6 +512,46 @@ func (c *cursor) matches(fv string) bool {
 	return c.filters[fv]
 }
 
+// forget drops a cursor that has nothing left unacknowledged.
+func (q *Queue) forget(id queue.ConsumerID, cur *cursor) {
+	q.mu.Lock()
+	if q.cursors[id] == cur {
+		delete(q.cursors, id)
+	}
+	q.mu.Unlock()
+}
+
+// abandon counts deliveries as no longer held without committing them (consumer groups). It
+// reports whether a stopped cursor has nothing left unacknowledged.
+func (c *cursor) abandon(tags []queue.Tag) bool {
+	c.mu.Lock()
+	c.inflight -= int64(len(tags)) // their offsets stay unacked: the committed offset stops before them
+	done := c.stopped && c.inflight <= 0
+	c.mu.Unlock()
+	c.checkIdle()
+	return done
+}
+
+// checkIdle calls onIdle once when a paused group cursor holds no delivery.
+func (c *cursor) checkIdle() {
+	if c.onIdle == nil {
+		return
+	}
+	c.mu.Lock()
+	fire := (c.paused || c.stopped) && c.inflight <= 0 && !c.idleFired
+	if fire {
+		c.idleFired = true
+	}
+	committed := int64(c.start) - 1
+	if c.hasCommit {
+		committed = int64(c.committed)
+	}
+	c.mu.Unlock()
+	if fire {
+		c.onIdle(committed)
+	}
+}
+
 // ack marks deliveries acknowledged: credit returns and the stored offset may move. It reports
 // whether a cancelled cursor has nothing left unacknowledged.
 func (c *cursor) ack(tags []queue.Tag) bool {
@@ -505,6 +566,7 @@ func (c *cursor) ack(tags []queue.Tag) bool {
 	c.mu.Unlock()
 	c.commit()
 	c.Kick()
+	c.checkIdle()
 	return done
 }
 
@@ -528,4 +590,95 @@ func (c *cursor) commit() {
 	if moved {
 		c.q.rep.StoreOffset(c.name, off)
 	}
+}
+
+// GroupReader is a consumer group member's reader of one partition.
+type GroupReader struct {
+	q   *Queue
+	cur *cursor
+}
+
+// ConsumeGroup reads the stream for a consumer group's member from g.Start: deliveries carry
+// x-stream-partition (this stream's name) and x-stream-offset, and acks commit the named offset
+// g.Group. spec.ID names the member (its deliveries are settled on this queue with it).
+func (q *Queue) ConsumeGroup(spec queue.ConsumeSpec, c queue.Consumer, g queue.GroupSpec) (queue.GroupReader, error) {
+	if spec.NoAck {
+		return nil, q.errorf(amqp.NotImplemented, "automatic acknowledgement not supported by stream queues queue '%s' in vhost '%s'")
+	}
+	if spec.Prefetch == 0 {
+		return nil, q.errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for 'queue '%s' in vhost '%s''")
+	}
+	onIdle := g.OnIdle
+	if onIdle == nil {
+		onIdle = func(int64) {}
+	}
+	cur := &cursor{q: q, c: c, id: spec.ID, tag: spec.Tag, name: g.Group, prefetch: int64(spec.Prefetch), acked: make(map[uint64]bool),
+		partition: q.name, onIdle: onIdle, start: g.Start, next: max(g.Start, q.log.First()),
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, queue.ErrGone
+	}
+	if old := q.cursors[spec.ID]; old != nil {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("stream '%s': consumer %d already reads it", q.name, spec.ID)
+	}
+	q.cursors[spec.ID] = cur
+	q.mu.Unlock()
+	go cur.run()
+	return &GroupReader{q: q, cur: cur}, nil
+}
+
+// Pause stops delivering (the partition moves to another member); OnIdle follows once every
+// delivery made is settled.
+func (g *GroupReader) Pause() {
+	g.cur.mu.Lock()
+	g.cur.paused = true
+	g.cur.mu.Unlock()
+	g.cur.Kick()
+	g.cur.checkIdle()
+}
+
+// Stop removes the reader: it reads no more; its unacknowledged deliveries still commit when
+// acked.
+func (g *GroupReader) Stop() {
+	g.q.Cancel(g.cur.id)
+	g.cur.checkIdle()
+}
+
+// Unacked is the number of deliveries not acknowledged yet.
+func (g *GroupReader) Unacked() int64 {
+	g.cur.mu.Lock()
+	defer g.cur.mu.Unlock()
+	return g.cur.inflight
+}
+
+// ResolveOffset implements queue.GroupPartition.
+func (q *Queue) ResolveOffset(spec any) (uint64, error) {
+	if spec == nil {
+		return q.log.Next(), nil
+	}
+	off, err := q.log.ParseOffsetSpec(spec, time.Now())
+	if err != nil {
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-stream-offset' for queue '%s' in vhost '%s': {invalid_stream_offset_arg,{%s,%s}}",
+			q.name, q.vhost, amqp.TypeName(spec), erlangValue(spec))
+	}
+	return off, nil
+}
+
+// CommittedOffset implements queue.GroupPartition.
+func (q *Queue) CommittedOffset(name string) (uint64, bool) { return q.log.LoadOffset(name) }
+
+// StoreCommitted implements queue.GroupPartition.
+func (q *Queue) StoreCommitted(name string, offset uint64) { q.rep.StoreOffset(name, offset) }
+
+// Committed is the highest contiguous acknowledged offset (Start-1 if none).
+func (g *GroupReader) Committed() int64 {
+	g.cur.mu.Lock()
+	defer g.cur.mu.Unlock()
+	if g.cur.hasCommit {
+		return int64(g.cur.committed)
+	}
+	return int64(g.cur.start) - 1
 }
