@@ -30,7 +30,7 @@ type localMember struct {
 	cancelled bool
 	readers   map[int]*memberReader
 	releasing map[int]uint64 // slot -> Gen+1 of the ownership whose release was proposed
-	last      *groupState  // the latest state seen
+	last      *groupState    // the latest state seen
 }
 
 // GroupQueue returns what basic.consume with x-stream-consumer-group attaches to: a handle on
@@ -191,11 +191,11 @@ func (h *groupHandle) Purge() (int, error) {
 	return 0, h.errorf(amqp.NotImplemented, "queue.purge not supported by stream queues queue '%s' in vhost '%s'")
 }
 
-func (h *groupHandle) Delete() int       { return 0 }
-func (h *groupHandle) Close()            {}
+func (h *groupHandle) Delete() int        { return 0 }
+func (h *groupHandle) Close()             {}
 func (h *groupHandle) Stats() queue.Stats { return queue.Stats{} }
-func (h *groupHandle) Kick()             {}
-func (h *groupHandle) Touch()            {}
+func (h *groupHandle) Kick()              {}
+func (h *groupHandle) Touch()             {}
 
 // groupState returns a copy of a group's state (nil if none).
 func (b *Broker) groupState(k groupKey) *groupState {
