@@ -296,6 +296,8 @@ func (m *localMember) startLocked(g *groupState, i int) {
 	var start uint64
 	committed, hasCommitted := p.CommittedOffset(m.key.group)
 	switch {
+	case s.Start >= 0 && s.Exact:
+		start = uint64(s.Start)
 	case s.Start >= 0 && hasCommitted:
 		start = max(uint64(s.Start), committed+1)
 	case s.Start >= 0:

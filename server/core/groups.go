@@ -55,6 +55,7 @@ type groupSlot struct {
 	Owner  uint64 // the member holding the partition (0: none)
 	Target uint64 // the member it moves to once the owner released it (0: none)
 	Start  int64  // where the next owner starts (-1: the committed offset, or its x-stream-offset)
+	Exact  bool   // Start was set by an operator: it wins over the committed offset
 	Gen    uint64 // counts the changes of Owner: a release names the ownership it ends
 }
 
@@ -181,7 +182,7 @@ func (g *groupState) encode() []byte {
 	}
 	slots := make([]any, len(g.Slots))
 	for i, s := range g.Slots {
-		slots[i] = amqp.Table{"owner": int64(s.Owner), "target": int64(s.Target), "start": s.Start, "gen": int64(s.Gen)}
+		slots[i] = amqp.Table{"owner": int64(s.Owner), "target": int64(s.Target), "start": s.Start, "exact": s.Exact, "gen": int64(s.Gen)}
 	}
 	return encodeRecord(amqp.Table{"vhost": g.key.vhost, "stream": g.key.stream, "group": g.key.group,
 		"partitions": parts, "members": members, "slots": slots, "next_seq": int64(g.NextSeq)})
@@ -212,7 +213,7 @@ func decodeGroup(b []byte) (*groupState, error) {
 			start = -1
 		}
 		gen, _ := amqp.AsInt64(st["gen"])
-		g.Slots = append(g.Slots, groupSlot{Owner: uint64(o), Target: uint64(tg), Start: start, Gen: uint64(gen)})
+		g.Slots = append(g.Slots, groupSlot{Owner: uint64(o), Target: uint64(tg), Start: start, Exact: boolean(st, "exact"), Gen: uint64(gen)})
 	}
 	if len(g.Slots) != len(g.Partitions) {
 		return nil, fmt.Errorf("%w: consumer group with %d partitions and %d slots", errBadRecord, len(g.Partitions), len(g.Slots))
@@ -365,7 +366,7 @@ func (g *groupState) apply(c *groupCmd) bool {
 		s.setOwner(s.Target)
 		s.Target = 0
 		if c.Committed >= 0 {
-			s.Start = c.Committed + 1
+			s.Start, s.Exact = c.Committed+1, false
 		}
 	case "reset":
 		if len(g.Members) > 0 || len(c.Starts) != len(g.Slots) {
@@ -374,7 +375,7 @@ func (g *groupState) apply(c *groupCmd) bool {
 		for i := range g.Slots {
 			s := &g.Slots[i]
 			s.setOwner(0)
-			s.Target, s.Start = 0, c.Starts[i]
+			s.Target, s.Start, s.Exact = 0, c.Starts[i], true
 		}
 		return true
 	default:

@@ -28,6 +28,9 @@ import (
 // connection starts with the stream's id and a kind byte (fetch, fence, publish), and this file
 // hands it to that stream's replica.
 
+// internalWriterPrefix starts the writer ids of nodes (not publishers) in tracking tables.
+const internalWriterPrefix = "\x00"
+
 // svcStream is the cluster service of stream replication.
 const svcStream byte = 's'
 
@@ -51,7 +54,8 @@ type StreamReplication struct {
 func (b *Broker) startStreams() {
 	var id [8]byte
 	rand.Read(id[:])
-	b.writerID = b.node.ID() + "-" + hex.EncodeToString(id[:])
+	// The NUL keeps internal writers apart from publisher ids in the stream's tracking table.
+	b.writerID = internalWriterPrefix + b.node.ID() + "-" + hex.EncodeToString(id[:])
 	b.node.HandleService(svcStream, b.serveStream)
 }
 

@@ -75,7 +75,7 @@ func Handler(b *server.Server, opt Options) http.Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &api{b: b, opt: opt, routes: apiRoutes()}
+	a := &api{b: b, opt: opt, routes: append(apiRoutes(), streamRoutes()...)}
 	return http.HandlerFunc(a.serve)
 }
 

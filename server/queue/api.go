@@ -269,3 +269,19 @@ type GroupPartition interface {
 	CommittedOffset(name string) (uint64, bool)
 	StoreCommitted(name string, offset uint64)
 }
+
+// ConsumerInfo describes one consumer of a queue for operators (the HTTP API).
+type ConsumerInfo struct {
+	Tag      string
+	ID       ConsumerID
+	Name     string // streams: x-stream-consumer-name, or the consumer group's name
+	Offset   uint64 // streams: the next offset to deliver
+	Unacked  int64
+	Prefetch int64
+	Active   bool // false: a group member's paused reader, or a cancelled consumer still owed acks
+}
+
+// ConsumerLister is implemented by queue types that list their consumers.
+type ConsumerLister interface {
+	ConsumerInfos() []ConsumerInfo
+}

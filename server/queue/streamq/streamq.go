@@ -682,3 +682,21 @@ func (g *GroupReader) Committed() int64 {
 	}
 	return int64(g.cur.start) - 1
 }
+
+// ConsumerInfos implements queue.ConsumerLister.
+func (q *Queue) ConsumerInfos() []queue.ConsumerInfo {
+	q.mu.Lock()
+	curs := make([]*cursor, 0, len(q.cursors))
+	for _, c := range q.cursors {
+		curs = append(curs, c)
+	}
+	q.mu.Unlock()
+	out := make([]queue.ConsumerInfo, 0, len(curs))
+	for _, c := range curs {
+		c.mu.Lock()
+		out = append(out, queue.ConsumerInfo{Tag: c.tag, ID: c.id, Name: c.name, Offset: c.next, Unacked: c.inflight,
+			Prefetch: c.prefetch, Active: !c.stopped && !c.paused})
+		c.mu.Unlock()
+	}
+	return out
+}
