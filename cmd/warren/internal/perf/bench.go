@@ -50,6 +50,8 @@ type benchScenario struct {
 	metrics []benchMetric
 	bound   func(BenchConfig) time.Duration
 	run     func(ctx context.Context, b *bencher, t *benchTarget) runOutcome
+	// warrenOnly scenarios are not run against the reference RabbitMQ (it has no such feature).
+	warrenOnly bool
 	// after, if set, runs once the run's CPU use is taken and may add notes: a side measurement
 	// that must not count as the broker's or the tool's load.
 	after func(ctx context.Context, b *bencher, t *benchTarget, out *runOutcome)
@@ -230,6 +232,10 @@ func benchScenarios() []benchScenario {
 		},
 		streamScenario(),
 		quorumScenario(),
+		streamReadAlong("S10", 100),
+		streamReadAlong("S11", 1000),
+		replicatedStreamScenario(),
+		superStreamGroupScenario(),
 	}
 }
 
@@ -583,6 +589,9 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 			for _, t := range b.targets {
 				if ctx.Err() != nil {
 					break
+				}
+				if sc.warrenOnly && t != warren {
+					continue
 				}
 				out := b.runOne(ctx, sc, t)
 				results[sc.id][t.name] = append(results[sc.id][t.name], out)

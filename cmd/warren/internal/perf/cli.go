@@ -45,7 +45,7 @@ func Command() *cli.Command {
 			},
 			{
 				Name:   "bench",
-				Usage:  "run the S1-S9 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
+				Usage:  "run the S1-S13 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},

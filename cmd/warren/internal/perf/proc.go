@@ -28,6 +28,12 @@ type brokerProc struct {
 	exited chan struct{} // closed when cmd has been waited for
 	uri    string
 	data   string
+
+	// name, port and extra serve a node of a bench-started cluster: a fixed AMQP port (0: a
+	// free one each start) and more `serve` flags.
+	name  string
+	port  int
+	extra []string
 }
 
 func newBrokerProc(bin string) (*brokerProc, error) {
@@ -48,19 +54,23 @@ func newBrokerProc(bin string) (*brokerProc, error) {
 // start runs the broker and waits until it accepts AMQP connections.
 func (b *brokerProc) start(ctx context.Context) error {
 	b.starts++
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := b.port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
-	b.data = filepath.Join(b.base, fmt.Sprintf("data-%d", b.starts))
-	logPath := filepath.Join(b.base, fmt.Sprintf("warren-%d.log", b.starts))
+	b.data = filepath.Join(b.base, fmt.Sprintf("data%s-%d", b.name, b.starts))
+	logPath := filepath.Join(b.base, fmt.Sprintf("warren%s-%d.log", b.name, b.starts))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return fmt.Errorf("create broker log: %w", err)
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn")
+	args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn"}, b.extra...)
+	cmd := exec.Command(b.bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
