@@ -20,7 +20,7 @@ import (
 // cluster against a single node, and a 4-partition super stream read by a 4-member consumer
 // group against one stream (Warren only: RabbitMQ has neither over AMQP 0-9-1).
 
-// Metric keys of S10-S13.
+// Metric keys of S11-S14.
 const (
 	sConfirm      = "confirm_rate"
 	sConsume      = "consume_rate"
@@ -56,7 +56,7 @@ func streamReadAlong(id string, window int) benchScenario {
 
 func replicatedStreamScenario() benchScenario {
 	return benchScenario{
-		id: "S12", title: "replicated stream: 3-node Warren cluster against one node (confirms, window 100, 1 KB)",
+		id: "S13", title: "replicated stream: 3-node Warren cluster against one node (confirms, window 100, 1 KB)",
 		detail: "Warren only. On the bench's single node, then on a 3-node cluster the bench starts (three `warren serve` processes on this machine, a stream with x-initial-cluster-size 3): 1 producer publishes 1,024-byte persistent messages with confirms (window 100) through the stream's leader node while 1 consumer reads along through another node; then 1 consumer reads the stream from first through a follower (prefetch 1,000, one ack per message). The share is the cluster's confirmed rate over the single node's.",
 		metrics: []benchMetric{
 			{key: s12Single, label: "single node: confirmed msg/s", unit: ratesUnit},
@@ -73,7 +73,7 @@ func replicatedStreamScenario() benchScenario {
 
 func superStreamGroupScenario() benchScenario {
 	return benchScenario{
-		id: "S13", title: "super stream: 4 partitions read by a 4-member consumer group, against one stream",
+		id: "S14", title: "super stream: 4 partitions read by a 4-member consumer group, against one stream",
 		detail: "Warren only. The same messages (1,024 bytes, persistent, published with confirms, window 100, by 1 producer with routing keys that vary per message) fill one stream, then a 4-partition super stream (x-super-stream); then 1 consumer reads the stream from first, and 4 consumers of one consumer group (x-stream-consumer-group, x-stream-offset first, each on its own connection) read the super stream: consumed msg/s from the consumers' start to the last delivery. The share is the group's rate over the single stream's.",
 		metrics: []benchMetric{
 			{key: s13Stream, label: "one stream, 1 consumer: consumed msg/s", unit: ratesUnit},
@@ -103,7 +103,7 @@ func streamFillAndRead(ctx context.Context, c RunConfig, n uint64, consumers int
 func runSuperStreamGroup(ctx context.Context, b *bencher, t *benchTarget) runOutcome {
 	n := uint64(b.cfg.StreamMessages)
 	out := runOutcome{values: map[string]float64{}}
-	c := b.base(t, "S13")
+	c := b.base(t, "S14")
 	c.DrainTimeout = b.cfg.BacklogTimeout
 	predelete(c)
 	res, err := streamFillAndRead(ctx, c, n, 1)
@@ -112,8 +112,8 @@ func runSuperStreamGroup(ctx context.Context, b *bencher, t *benchTarget) runOut
 	}
 	out.values[s13Stream] = res.ConsumeRate
 	out.notes = append(out.notes, integrityNotes(res)...)
-	g := b.base(t, "S13")
-	g.Exchange = "perf-bench-s13-super"
+	g := b.base(t, "S14")
+	g.Exchange = "perf-bench-s14-super"
 	g.Partitions, g.ConsumerGroup = 4, "perf-bench-group"
 	g.DrainTimeout = b.cfg.BacklogTimeout
 	deleteExchange(g.URI, g.Exchange)
@@ -281,7 +281,7 @@ func (bc *benchCluster) streamLeader(ctx context.Context, s string) (int, error)
 func runReplicatedStream(ctx context.Context, b *bencher, t *benchTarget) runOutcome {
 	out := runOutcome{values: map[string]float64{}}
 	// The single node (the bench's Warren, fresh).
-	c := b.base(t, "S12")
+	c := b.base(t, "S13")
 	c.QueueType, c.StreamOffset = "stream", "next"
 	c.Producers, c.Consumers, c.Size, c.QoS = 1, 1, 1024, 1000
 	c.Persistent, c.Confirm = true, 100
