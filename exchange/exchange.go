@@ -8,7 +8,10 @@
 package exchange
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"warren/amqp"
 )
@@ -22,7 +25,15 @@ const (
 	Fanout
 	Topic
 	Headers
+	// SuperStream is Warren's x-super-stream exchange: a publish goes to one of the bound
+	// partitions (ordered by the bindings' x-stream-partition-order argument), the one its
+	// routing key hashes to (Registry.SetPartitioner), as RabbitMQ's stream clients pick it.
+	SuperStream
 )
+
+// PartitionOrderArg is the binding argument that orders a super stream's partitions, as
+// RabbitMQ's stream manager binds them.
+const PartitionOrderArg = "x-stream-partition-order"
 
 // ParseKind maps an exchange type name as sent in exchange.declare
 // ("direct", "fanout", "topic", "headers") to its Kind. Names are
@@ -37,6 +48,8 @@ func ParseKind(s string) (Kind, bool) {
 		return Topic, true
 	case "headers":
 		return Headers, true
+	case "x-super-stream":
+		return SuperStream, true
 	}
 	return 0, false
 }
@@ -52,6 +65,8 @@ func (k Kind) String() string {
 		return "topic"
 	case Headers:
 		return "headers"
+	case SuperStream:
+		return "x-super-stream"
 	}
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -112,6 +127,7 @@ type Exchange struct {
 	fanout  destSet
 	topic   *topicNode
 	headers []*binding
+	parts   []*binding // super streams: by partition order
 }
 
 // destRef names a binding destination.
@@ -238,7 +254,28 @@ func (x *Exchange) addIndex(b *binding) {
 		x.topic.insert(b)
 	case Headers:
 		x.headers = append(x.headers, b)
+	case SuperStream:
+		i, _ := slices.BinarySearchFunc(x.parts, b, comparePartitions)
+		x.parts = slices.Insert(x.parts, i, b)
 	}
+}
+
+// partitionOrder is a binding's x-stream-partition-order (bindings without one sort last).
+func partitionOrder(b *binding) int64 {
+	if n, ok := amqp.AsInt64(b.args[PartitionOrderArg]); ok {
+		return n
+	}
+	return 1 << 62
+}
+
+func comparePartitions(a, b *binding) int {
+	if c := cmp.Compare(partitionOrder(a), partitionOrder(b)); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.dest.name, b.dest.name); c != 0 {
+		return c
+	}
+	return strings.Compare(a.key, b.key)
 }
 
 // removeIndex removes b from the routing index of x.
@@ -262,5 +299,24 @@ func (x *Exchange) removeIndex(b *binding) {
 				break
 			}
 		}
+	case SuperStream:
+		if i := slices.Index(x.parts, b); i >= 0 {
+			x.parts = removeAt(x.parts, i)
+		}
 	}
+}
+
+// Partitions returns the destinations of a super stream's bindings in partition order.
+func (r *Registry) Partitions(name string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	x := r.exchanges[name]
+	if x == nil || x.Kind != SuperStream {
+		return nil
+	}
+	out := make([]string, len(x.parts))
+	for i, b := range x.parts {
+		out[i] = b.dest.name
+	}
+	return out
 }

@@ -21,6 +21,17 @@ type Registry struct {
 	// incoming maps each binding destination to the exchanges with bindings
 	// to it, with the number of such bindings.
 	incoming map[destRef]map[*Exchange]int
+	// partition picks a super stream's partition for a routing key (set once, before use).
+	partition func(key string, n int) int
+}
+
+// SetPartitioner sets how a super stream picks the partition of a routing key among n (the
+// broker passes stream/partition.Index, the hash RabbitMQ's stream clients use). Without one,
+// super streams route nothing. Call it before the registry is used.
+func (r *Registry) SetPartitioner(f func(key string, n int) int) {
+	r.mu.Lock()
+	r.partition = f
+	r.mu.Unlock()
 }
 
 // aeArg is the exchange argument naming an alternate exchange.

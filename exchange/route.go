@@ -104,7 +104,11 @@ func (r *Registry) Route(dst []string, exchangeName, routingKey string, extraKey
 		x := work[len(work)-1]
 		work = work[:len(work)-1]
 		a.matched, a.xs = 0, a.xs[:0]
-		dst, a = routeOne(dst, a, x, routingKey, extraKeys, headers)
+		if x.Kind == SuperStream {
+			dst, a = r.routePartition(dst, a, x, routingKey)
+		} else {
+			dst, a = routeOne(dst, a, x, routingKey, extraKeys, headers)
+		}
 		if alt := x.alternateExchange(); a.matched == 0 && alt != "" {
 			if ae := r.exchanges[alt]; ae != nil && ae.Name != "" {
 				a.xs = append(a.xs, ae)
@@ -152,6 +156,27 @@ func routeOne(dst []string, a acc, x *Exchange, key string, extraKeys []string, 
 				a.xs = append(a.xs, b.destX)
 			}
 		}
+	}
+	return dst, a
+}
+
+// routePartition routes to the partition of a super stream that key hashes to (CC and BCC keys
+// are not used: one message, one partition).
+func (r *Registry) routePartition(dst []string, a acc, x *Exchange, key string) ([]string, acc) {
+	if len(x.parts) == 0 || r.partition == nil {
+		return dst, a
+	}
+	i := r.partition(key, len(x.parts))
+	if i < 0 || i >= len(x.parts) {
+		return dst, a
+	}
+	b := x.parts[i]
+	a.matched++
+	if b.dest.kind == ToQueue {
+		dst = append(dst, b.dest.name)
+		a.sets++
+	} else {
+		a.xs = append(a.xs, b.destX)
 	}
 	return dst, a
 }

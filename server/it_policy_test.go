@@ -194,3 +194,45 @@ func (a *admin) queueWithPolicy(vhost, name, policy string) map[string]any {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestITPolicyRetentionOnRunningStream: a max-length-bytes policy set on a stream that already
+// holds more reaches the running stream: its oldest whole segments go, so a consumer from first
+// starts past offset 0; the newest message stays.
+func TestITPolicyRetentionOnRunningStream(t *testing.T) {
+	a := startAdmin(t)
+	v := a.vhost("pol")
+	c := mustDial(t, a.url(a.user, a.pass, v))
+	ch := mustConfirmChannel(t, c)
+	const name = "long-stream"
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "stream",
+		"x-stream-max-segment-size-bytes": int64(4000)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.QueueDelete(name, false, false, false) })
+	body := make([]byte, 1000)
+	const n = 60
+	for i := range n {
+		body[0] = byte(i)
+		publishConfirmed(t, ch, "", name, false, amqp.Publishing{Body: body})
+	}
+	firstOffset := func() int64 {
+		cch, d := consumeStream(t, c, name, 1, amqp.Table{"x-stream-offset": "first"})
+		defer cch.Close()
+		select {
+		case m := <-d:
+			return streamOffsetOf(t, m)
+		case <-time.After(waitFor):
+			t.Fatal("no delivery from first")
+		}
+		return -1
+	}
+	if got := firstOffset(); got != 0 {
+		t.Fatalf("before the policy the stream starts at %d, want 0", got)
+	}
+	a.policy(v, "small-stream", map[string]any{"pattern": "^" + name + "$", "apply-to": "queues",
+		"definition": map[string]any{"max-length-bytes": 10000}})
+	eventually(t, "retention removes the oldest segments", func() bool { return firstOffset() > 0 })
+	if got := firstOffset(); got > n-1 {
+		t.Fatalf("stream starts at %d: the newest message (offset %d) is gone", got, n-1)
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"hash/crc32"
 )
 
-// Chunk value layout (stored under storage.StreamChunkKey(stream, first)):
+// The first chunk format (read only: streams written before the osiris format). Chunk value layout (stored under storage.StreamChunkKey(stream, first)):
 //
 //	header (chunkHeaderSize bytes, big-endian):
 //	  0      version (chunkVersion)
@@ -46,9 +46,19 @@ type chunkMeta struct {
 	count   uint32
 	firstTs int64
 	lastTs  int64 // newest timestamp in the chunk
+	epoch   uint64
 }
 
-// encodeChunk encodes recs (timestamps already set) as one chunk starting at offset first. sizeHint is
+// decodeChunk decodes a stored chunk of either format: osiris (written by this version) or
+// Warren's first format (version byte 1, read for streams written before).
+func decodeChunk(b []byte, name string) ([]Entry, chunkMeta, error) {
+	if len(b) > 0 && b[0] == chunkVersion {
+		return decodeLegacyChunk(b)
+	}
+	return decodeOsirisChunk(b, name)
+}
+
+// encodeChunk (tests: data of the first format) encodes recs (timestamps already set) as one chunk starting at offset first. sizeHint is
 // an upper bound of the encoded size (header included).
 func encodeChunk(first uint64, recs []Record, sizeHint int) ([]byte, chunkMeta) {
 	b := make([]byte, chunkHeaderSize, sizeHint)
@@ -89,9 +99,9 @@ func appendBytes(b, s []byte) []byte {
 	return append(b, s...)
 }
 
-// decodeChunk checks and decodes a chunk. The entries' Props and Body alias b; Exchange, RoutingKey and
+// decodeLegacyChunk checks and decodes a chunk of the first format. The entries' Props and Body alias b; Exchange, RoutingKey and
 // FilterValue are copied (repeated values within the chunk share one string).
-func decodeChunk(b []byte) ([]Entry, chunkMeta, error) {
+func decodeLegacyChunk(b []byte) ([]Entry, chunkMeta, error) {
 	var m chunkMeta
 	if len(b) < chunkHeaderSize {
 		return nil, m, fmt.Errorf("%w: %d bytes, shorter than the header", errCorrupt, len(b))
@@ -180,8 +190,9 @@ func (d *decoder) str(prev string) string {
 	return string(v)
 }
 
-// Index record layout (stored under storage.StreamMetaKey(stream) + first offset u64, value below the
-// storage value threshold so it lives in the LSM tree and is read without touching chunk bodies):
+// Index record layout (stored under storage.StreamMetaKey(stream) + first offset u64, value kept
+// small so it lives in the LSM tree and is read without touching chunk bodies). Version 1 (the
+// first format) stops after the segment number.
 //
 //	0      version (indexVersion)
 //	1..4   record count u32
@@ -189,34 +200,67 @@ func (d *decoder) str(prev string) string {
 //	9..16  first timestamp, Unix ms
 //	17..24 newest timestamp, Unix ms
 //	25..32 segment number u64
+//	33..40 epoch of the leader that wrote the chunk
+//	41..44 tracking bytes u32, then the chunk's trailer (deduplicating writers' sequences)
+//	       u32 snapshot bytes, then a tracking snapshot (every writer's sequence before this
+//	       chunk; only in the first chunk of a segment, so retention never forgets a writer)
 const (
-	indexVersion    = 1
-	indexRecordSize = 33
+	indexVersionLegacy = 1
+	indexVersion       = 2
+	indexLegacySize    = 33
+	indexFixedSize     = 41
 )
 
-func encodeIndex(ci *chunkInfo) []byte {
-	b := make([]byte, indexRecordSize)
+func encodeIndex(ci *chunkInfo, trailer, snapshot []byte) []byte {
+	b := make([]byte, indexFixedSize, indexFixedSize+8+len(trailer)+len(snapshot))
 	b[0] = indexVersion
 	binary.BigEndian.PutUint32(b[1:], ci.count)
 	binary.BigEndian.PutUint32(b[5:], uint32(ci.size))
 	binary.BigEndian.PutUint64(b[9:], uint64(ci.firstTs))
 	binary.BigEndian.PutUint64(b[17:], uint64(ci.lastTs))
 	binary.BigEndian.PutUint64(b[25:], ci.seg)
-	return b
+	binary.BigEndian.PutUint64(b[33:], ci.epoch)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(trailer)))
+	b = append(b, trailer...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(snapshot)))
+	return append(b, snapshot...)
 }
 
-func decodeIndex(first uint64, b []byte) (chunkInfo, error) {
-	if len(b) != indexRecordSize || b[0] != indexVersion {
-		return chunkInfo{}, fmt.Errorf("%w: index record of chunk %d: %d bytes, version %d", errCorrupt, first, len(b), firstByte(b))
+// decodeIndex decodes an index record; trailer and snapshot alias b (nil for version 1).
+func decodeIndex(first uint64, b []byte) (ci chunkInfo, trailer, snapshot []byte, err error) {
+	bad := func() (chunkInfo, []byte, []byte, error) {
+		return chunkInfo{}, nil, nil, fmt.Errorf("%w: index record of chunk %d: %d bytes, version %d", errCorrupt, first, len(b), firstByte(b))
 	}
-	return chunkInfo{
+	switch {
+	case len(b) == indexLegacySize && b[0] == indexVersionLegacy:
+	case len(b) >= indexFixedSize+8 && b[0] == indexVersion:
+	default:
+		return bad()
+	}
+	ci = chunkInfo{
 		first:   first,
 		count:   binary.BigEndian.Uint32(b[1:]),
 		size:    int64(binary.BigEndian.Uint32(b[5:])),
 		firstTs: int64(binary.BigEndian.Uint64(b[9:])),
 		lastTs:  int64(binary.BigEndian.Uint64(b[17:])),
 		seg:     binary.BigEndian.Uint64(b[25:]),
-	}, nil
+	}
+	if b[0] == indexVersionLegacy {
+		return ci, nil, nil, nil
+	}
+	ci.epoch = binary.BigEndian.Uint64(b[33:])
+	rest := b[indexFixedSize:]
+	n := binary.BigEndian.Uint32(rest)
+	if uint64(n)+8 > uint64(len(rest)) {
+		return bad()
+	}
+	trailer = rest[4 : 4+n]
+	rest = rest[4+n:]
+	m := binary.BigEndian.Uint32(rest)
+	if uint64(m)+4 != uint64(len(rest)) {
+		return bad()
+	}
+	return ci, trailer, rest[4:], nil
 }
 
 func firstByte(b []byte) int {
@@ -226,20 +270,57 @@ func firstByte(b []byte) int {
 	return int(b[0])
 }
 
-// Stream meta record (storage.StreamMetaKey(stream)): version u8, first retained offset u64 (the
-// retention watermark: chunks below it are deleted, and ignored if a crash left any behind).
-const metaVersion = 1
+// EpochStart is one entry of a replica's epoch history: the leader of Epoch wrote its first
+// chunk at offset Start (everything below came from earlier leaders).
+type EpochStart struct {
+	Epoch, Start uint64
+}
 
-func encodeMeta(first uint64) []byte {
-	b := make([]byte, 9)
-	b[0] = metaVersion
-	binary.BigEndian.PutUint64(b[1:], first)
+// logMeta is the stream meta record (storage.StreamMetaKey(stream)):
+//
+//	version 1: u8 1, first retained offset u64 (the retention watermark)
+//	version 2: u8 2, watermark u64, fence u64 (the highest epoch this replica promised to follow),
+//	           committed u64 (a lower bound of the committed offset), u32 n, n x (epoch, start)
+type logMeta struct {
+	first, fence, committed uint64
+	history                 []EpochStart
+}
+
+const (
+	metaVersionLegacy = 1
+	metaVersion       = 2
+)
+
+func encodeMeta(m *logMeta) []byte {
+	b := make([]byte, 0, 29+16*len(m.history))
+	b = append(b, metaVersion)
+	b = binary.BigEndian.AppendUint64(b, m.first)
+	b = binary.BigEndian.AppendUint64(b, m.fence)
+	b = binary.BigEndian.AppendUint64(b, m.committed)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(m.history)))
+	for _, h := range m.history {
+		b = binary.BigEndian.AppendUint64(b, h.Epoch)
+		b = binary.BigEndian.AppendUint64(b, h.Start)
+	}
 	return b
 }
 
-func decodeMeta(b []byte) (uint64, error) {
-	if len(b) != 9 || b[0] != metaVersion {
-		return 0, fmt.Errorf("%w: stream meta record: %d bytes, version %d", errCorrupt, len(b), firstByte(b))
+func decodeMeta(b []byte) (logMeta, error) {
+	bad := fmt.Errorf("%w: stream meta record: %d bytes, version %d", errCorrupt, len(b), firstByte(b))
+	if len(b) == 9 && b[0] == metaVersionLegacy {
+		return logMeta{first: binary.BigEndian.Uint64(b[1:])}, nil
 	}
-	return binary.BigEndian.Uint64(b[1:]), nil
+	if len(b) < 29 || b[0] != metaVersion {
+		return logMeta{}, bad
+	}
+	m := logMeta{first: binary.BigEndian.Uint64(b[1:]), fence: binary.BigEndian.Uint64(b[9:]), committed: binary.BigEndian.Uint64(b[17:])}
+	n := binary.BigEndian.Uint32(b[25:])
+	if uint64(len(b)-29) != uint64(n)*16 {
+		return logMeta{}, bad
+	}
+	for i := range int(n) {
+		o := 29 + 16*i
+		m.history = append(m.history, EpochStart{Epoch: binary.BigEndian.Uint64(b[o:]), Start: binary.BigEndian.Uint64(b[o+8:])})
+	}
+	return m, nil
 }

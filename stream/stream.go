@@ -1,28 +1,36 @@
 // Package stream is Warren's stream log: an append-only, offset-addressed log of records stored as
-// chunks in the node's badger DB (through warren/storage), with retention by size and age at segment
-// granularity, an in-memory chunk index, a cache of decoded chunks for tailing readers, and named
-// consumer offsets.
+// chunks in the node's badger DB (through warren/storage), in osiris's chunk format (format.go),
+// with retention by size and age at segment granularity, an in-memory chunk index, a cache of
+// chunks for tailing readers, deduplication of writers (tracking.go) and named consumer offsets.
+//
+// A Log is one replica of a stream. It is written either by its own writer (Append: the leader,
+// or a stream served by one node) or by a follower copying the leader's chunks byte for byte
+// (AppendChunks); replication itself lives in stream/replica. Every replica keeps three
+// watermarks: written (chunks in the index), durable (chunks fsynced) and committed (chunks on a
+// majority of replicas, told by the leader; equal to durable for a single replica). Readers see
+// records below min(committed, durable); Append's callbacks run once their records are committed.
 //
 // Storage keys of stream s (all integers big-endian, fixed width):
 //
-//	0x20|s|first         chunk: header + records (see chunk.go), first = offset of its first record
-//	0x22|s               stream meta: version, retention watermark (first retained offset)
-//	0x22|s|first         chunk index record: count, size, first/newest timestamp, segment number
+//	0x20|s|first         chunk: an osiris chunk (or the first format, see chunk.go)
+//	0x22|s               stream meta: retention watermark, fence, committed hint, epoch history
+//	0x22|s|first         chunk index record: count, size, timestamps, segment, epoch, tracking
 //	0x21|s|name          named consumer offset (u64)
 //
-// A chunk and its index record are written in the same storage batch (chunk first). Open rebuilds the
-// in-memory index from the index records alone (small values that stay in the LSM tree) plus a keys-only
-// scan of the chunk keys to drop chunks a crash left without an index record.
+// A chunk and its index record are written in the same storage batch (chunk first). Open rebuilds
+// the in-memory index and the deduplication table from the index records alone (small values that
+// stay in the LSM tree) plus a keys-only scan of the chunk keys to drop chunks a crash left without
+// an index record.
 //
-// Durability: an Append's done callback runs after the storage commit of its chunk (fsynced unless the
-// DB was opened with NoSync); records become visible to readers at the same moment.
+// Lock order: wmu (index mutations: the writer, follower appends, truncation, retention) -> mu
+// (the index and watermarks) -> the cache's lock; qmu (the append queue), offMu and metaMu are
+// leaves. Callbacks (Append's done, the durable hook) run with no lock held.
 package stream
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -30,8 +38,17 @@ import (
 	"warren/storage"
 )
 
-// ErrClosed is returned (and passed to Append callbacks) once the Log is closed.
-var ErrClosed = errors.New("stream: log closed")
+// Errors of the log.
+var (
+	// ErrClosed is returned (and passed to Append callbacks) once the Log is closed.
+	ErrClosed = errors.New("stream: log closed")
+	// ErrNotLeader is passed to Append callbacks when this replica is not writing (it is a
+	// follower, or it stopped leading before the records were committed).
+	ErrNotLeader = errors.New("stream: this replica is not the stream's leader")
+	// ErrGap refuses an Append whose writer sequence skips numbers: an earlier record of that
+	// writer is not stored (yet); the writer sends it and everything after it again.
+	ErrGap = errors.New("stream: the writer's previous records are missing")
+)
 
 // Defaults of Options.
 const (
@@ -41,16 +58,32 @@ const (
 	DefaultCacheBytes      = 8 << 20
 	defaultQueueBytes      = 16 << 20
 	maxChunksPerBatch      = 16
+	writerInflight         = 1
 )
 
 // Record is one message in a stream.
 type Record struct {
-	Timestamp   int64 // Unix ms when appended (set by Append if 0)
+	Timestamp   int64 // Unix ms of its chunk (set by the writer)
 	Exchange    string
 	RoutingKey  string
-	Props       []byte // raw AMQP properties
+	Props       []byte // raw AMQP 0-9-1 properties
 	Body        []byte
-	FilterValue string // x-stream-filter-value header of the publish ("" = none)
+	FilterValue string // x-stream-filter-value of the publish ("" = none)
+	// Raw, when set on Append, is stored instead of Warren's record: an AMQP 1.0 message as a
+	// stream-protocol publisher sent it. On read it is the stored AMQP 1.0 message, and the fields
+	// above are its AMQP 0-9-1 mapping.
+	Raw []byte
+	// Deduplication (not read back): a record whose PublishingID is not above the highest stored
+	// for PublisherID, or whose WriterSeq is not above the highest stored for WriterID, is dropped
+	// (and its Append still succeeds once the original is committed). A WriterID's sequence must
+	// grow by one per record: an Append that would skip numbers fails with ErrGap.
+	PublisherID  string
+	PublishingID uint64
+	WriterID     string
+	WriterSeq    uint64
+	// WriterResync, on a request's first record, lifts the gap check: the writer knows that
+	// every earlier record of its own is resolved (stored, or dropped as a duplicate).
+	WriterResync bool
 }
 
 // Entry is a record read back with its offset. Its Props and Body share memory with the log's chunk
@@ -60,8 +93,16 @@ type Entry struct {
 	Record
 }
 
+// RawChunk is a stored chunk as replicas exchange it: the osiris bytes and the segment the
+// leader put it in.
+type RawChunk struct {
+	Blob []byte
+	Seg  uint64
+}
+
 // Options configure a Log. Zero values mean the defaults.
 type Options struct {
+	Name            string        // the stream's name (the routing key of AMQP 1.0 records without one)
 	MaxLengthBytes  int64         // x-max-length-bytes; 0 = unlimited
 	MaxAge          time.Duration // x-max-age; 0 = unlimited
 	MaxSegmentBytes int64         // x-stream-max-segment-size-bytes; default 500000000
@@ -70,10 +111,18 @@ type Options struct {
 	// single record larger than ChunkMaxBytes gets a chunk of its own.
 	ChunkMaxRecords int
 	ChunkMaxBytes   int
-	// CacheBytes bounds the cache of decoded chunks (default 8 MiB).
+	// CacheBytes bounds the cache of chunks (default 8 MiB).
 	CacheBytes int64
 	// QueueBytes bounds the appends waiting for the writer; Append blocks beyond it (default 16 MiB).
 	QueueBytes int64
+	// Replicated opens the log as a replica that neither writes nor commits until told
+	// (StartWriting, SetCommitted). Without it the log is a stream of one replica: it writes at
+	// once (epoch 1) and its durable records are committed.
+	Replicated bool
+	// OnRetention, if set, is called by the writer (instead of deleting) with the first offset to
+	// keep when the retention limits call for removing segments: a replicated stream decides
+	// retention once and every replica applies it with DropBefore. It must not block.
+	OnRetention func(first uint64)
 }
 
 // chunkInfo is the in-memory index entry of one chunk.
@@ -85,6 +134,7 @@ type chunkInfo struct {
 	lastTs  int64  // newest timestamp in the chunk
 	maxTs   int64  // newest timestamp in this chunk and every earlier one (for OffsetAt's binary search)
 	seg     uint64 // segment number
+	epoch   uint64 // the leader's epoch when written (0 for the first format)
 }
 
 func (c *chunkInfo) end() uint64 { return c.first + uint64(c.count) }
@@ -101,11 +151,18 @@ type segInfo struct {
 type appendReq struct {
 	recs  []Record
 	done  func(uint64, error)
-	ts    int64 // Unix ms at Append, for records without a timestamp
+	ts    int64 // Unix ms at Append
 	bytes int64
 }
 
-// Log is one stream. All methods are safe for concurrent use.
+// pendingDone is an Append waiting for its records to be committed.
+type pendingDone struct {
+	end   uint64 // committed must reach it
+	first uint64
+	done  func(uint64, error)
+}
+
+// Log is one replica of a stream. All methods are safe for concurrent use.
 type Log struct {
 	db   *storage.DB
 	id   uint64
@@ -119,26 +176,47 @@ type Log struct {
 	queueBytes int64
 	qclosed    bool
 
-	// Committed index, guarded by mu; only the writer goroutine and retention change it.
-	mu      sync.RWMutex
-	chunks  []chunkInfo
-	segs    []segInfo
-	first   uint64
-	next    uint64
-	bytes   int64
-	waiters map[uint64]chan struct{} // Wait channels by offset
-	closed  bool                     // Close finished the writer: Wait returns a closed channel
-	ready   chan struct{}            // always closed: returned by Wait when nothing needs waiting for
+	// wmu serialises the changes of the index (see the lock order).
+	wmu     sync.Mutex
+	builder chunkBuilder // writer only, under wmu
+
+	// The index, watermarks and replica state, guarded by mu.
+	mu         sync.RWMutex
+	chunks     []chunkInfo
+	segs       []segInfo
+	first      uint64 // first retained offset
+	written    uint64 // end of the chunks in the index
+	durable    uint64 // end of the fsynced chunks
+	committed  uint64 // end of the chunks on a majority (may exceed durable on a leader)
+	bytes      int64
+	writing    bool   // this replica is the writer
+	epoch      uint64 // the epoch written with, while writing
+	autoCommit bool   // committed follows durable (a single replica)
+	fence      uint64
+	history    []EpochStart
+	table      tracking
+	pend       []pendingDone
+	unstored   map[uint64][]byte // chunks in the index not yet stored (the cache may drop them)
+	onDurable  func(durable uint64)
+	readCh     chan struct{} // closed and replaced when the readable end advances
+	writeCh    chan struct{} // closed and replaced when written advances
+	closed     bool
+	failed     error  // a storage write failed: the replica stopped
+	retainAsk  uint64 // the last first offset passed to OnRetention
 
 	cache *chunkCache
 
 	wake       chan struct{} // capacity 1: pokes the writer
+	retune     chan struct{} // capacity 1: the retention limits changed (SetRetention)
+	writeSem   chan struct{} // the writer's storage batches in flight (capacity writerInflight)
 	stop       chan struct{} // closed by Close
 	writerDone chan struct{}
 
-	// retMu serialises ApplyRetention (so watermarks are committed in order); retClosed stops it after Close.
-	retMu     sync.Mutex
-	retClosed bool
+	// Meta record writes, guarded by metaMu: at most one asynchronous write in flight.
+	metaMu       sync.Mutex
+	metaInflight bool
+	metaDirty    bool
+	metaClosed   bool
 
 	// Named offsets, guarded by offMu.
 	offMu       sync.Mutex
@@ -147,21 +225,27 @@ type Log struct {
 	offInflight bool                // an offset write is being committed
 	offClosed   bool
 
-	// async counts storage commits still in flight (retention, offsets); Close waits for them.
+	// async counts storage commits still in flight (chunks, retention, offsets, meta); Close waits.
 	async sync.WaitGroup
+	// chunkWrites counts chunk batches in flight: truncation and reset wait for them (under wmu,
+	// so no new one starts).
+	chunkWrites sync.WaitGroup
 
 	closeOnce sync.Once
 }
 
-// Open loads (or creates) stream id. One writer goroutine per Log batches concurrent Appends: everything
-// appended while the previous write was being committed becomes the next chunk(s), written as one
-// storage batch and one commit.
+// Open loads (or creates) stream id. One writer goroutine per Log batches concurrent Appends:
+// everything appended while the previous batch was being built becomes the next chunk(s), one
+// storage batch; batches are committed in order by the storage's group committer.
 func Open(db *storage.DB, id uint64, opts Options) (*Log, error) {
 	if opts.MaxSegmentBytes <= 0 {
 		opts.MaxSegmentBytes = DefaultMaxSegmentBytes
 	}
 	if opts.ChunkMaxRecords <= 0 {
 		opts.ChunkMaxRecords = DefaultChunkMaxRecords
+	}
+	if opts.ChunkMaxRecords > 65535 {
+		opts.ChunkMaxRecords = 65535 // an osiris chunk counts its entries in 16 bits
 	}
 	if opts.ChunkMaxBytes <= 0 {
 		opts.ChunkMaxBytes = DefaultChunkMaxBytes
@@ -180,37 +264,56 @@ func Open(db *storage.DB, id uint64, opts Options) (*Log, error) {
 		id:         id,
 		opts:       opts,
 		log:        opts.Logger,
-		waiters:    make(map[uint64]chan struct{}),
-		ready:      make(chan struct{}),
+		table:      make(tracking),
+		unstored:   make(map[uint64][]byte),
+		readCh:     make(chan struct{}),
+		writeCh:    make(chan struct{}),
 		cache:      newChunkCache(opts.CacheBytes),
 		wake:       make(chan struct{}, 1),
+		retune:     make(chan struct{}, 1),
+		writeSem:   make(chan struct{}, writerInflight),
 		stop:       make(chan struct{}),
 		writerDone: make(chan struct{}),
 		offsets:    make(map[string]uint64),
 		offDirty:   make(map[string]struct{}),
 	}
 	l.qspace = sync.NewCond(&l.qmu)
-	close(l.ready)
-	if err := l.load(); err != nil {
+	meta, err := l.load()
+	if err != nil {
 		return nil, err
 	}
+	l.durable = l.written
+	if opts.Replicated {
+		l.committed = min(meta.committed, l.written)
+	} else {
+		l.autoCommit = true
+		l.committed = l.written
+	}
 	go l.run()
+	if !opts.Replicated {
+		if err := l.StartWriting(1); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
-// load rebuilds the index and the named offsets from storage.
-func (l *Log) load() error {
+// load rebuilds the index, the tracking table and the named offsets from storage.
+func (l *Log) load() (logMeta, error) {
 	metaKey := storage.StreamMetaKey(l.id)
-	var watermark uint64
+	var meta logMeta
 	switch v, err := l.db.Get(metaKey); {
 	case err == nil:
-		if watermark, err = decodeMeta(v); err != nil {
-			return fmt.Errorf("stream %d: open: %w", l.id, err)
+		if meta, err = decodeMeta(v); err != nil {
+			return meta, fmt.Errorf("stream %d: open: %w", l.id, err)
 		}
 	case errors.Is(err, storage.ErrNotFound):
 	default:
-		return fmt.Errorf("stream %d: open: read meta: %w", l.id, err)
+		return meta, fmt.Errorf("stream %d: open: read meta: %w", l.id, err)
 	}
+	l.fence, l.history = meta.fence, meta.history
+	watermark := meta.first
 
 	var cleanup storage.Batch
 	err := l.db.Scan(metaKey, false, func(k, v []byte) error {
@@ -228,7 +331,7 @@ func (l *Log) load() error {
 			cleanup.Delete(append([]byte(nil), k...))
 			return nil
 		}
-		ci, err := decodeIndex(first, v)
+		ci, trailer, snap, err := decodeIndex(first, v)
 		if err != nil {
 			return err
 		}
@@ -240,17 +343,27 @@ func (l *Log) load() error {
 					l.id, errCorrupt, first, l.chunks[n-1].end())
 			}
 		}
+		if len(l.chunks) == 0 && len(snap) > 0 {
+			t, err := decodeSnapshot(snap)
+			if err != nil {
+				return err
+			}
+			l.table = t
+		}
+		if err := l.table.applyTrailer(trailer, first); err != nil {
+			return err
+		}
 		l.chunks = append(l.chunks, ci)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("stream %d: open: scan index: %w", l.id, err)
+		return meta, fmt.Errorf("stream %d: open: scan index: %w", l.id, err)
 	}
 
-	l.first, l.next = watermark, watermark
+	l.first, l.written = watermark, watermark
 	if n := len(l.chunks); n > 0 {
 		l.first = l.chunks[0].first
-		l.next = l.chunks[n-1].end()
+		l.written = l.chunks[n-1].end()
 	}
 	var maxTs int64
 	for i := range l.chunks {
@@ -285,13 +398,15 @@ func (l *Log) load() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("stream %d: open: scan chunks: %w", l.id, err)
+		return meta, fmt.Errorf("stream %d: open: scan chunks: %w", l.id, err)
 	}
 	if cleanup.Len() > 0 {
 		if err := l.db.CommitSync(&cleanup); err != nil {
-			return fmt.Errorf("stream %d: open: clean up: %w", l.id, err)
+			return meta, fmt.Errorf("stream %d: open: clean up: %w", l.id, err)
 		}
 	}
+	// Epoch history entries past the end of the log (a crash after a marker's write) still hold:
+	// the marker says where the epoch started, and nothing later was written.
 
 	err = l.db.Scan(storage.StreamOffsetPrefix(l.id), false, func(k, v []byte) error {
 		_, name, ok := storage.ParseStreamOffsetKey(k)
@@ -303,9 +418,9 @@ func (l *Log) load() error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("stream %d: open: scan offsets: %w", l.id, err)
+		return meta, fmt.Errorf("stream %d: open: scan offsets: %w", l.id, err)
 	}
-	return nil
+	return meta, nil
 }
 
 // addToSegs accounts chunk c (appended at the end of the index) in the segment summaries.
@@ -318,203 +433,6 @@ func (l *Log) addToSegs(c *chunkInfo) {
 		return
 	}
 	l.segs = append(l.segs, segInfo{num: c.seg, chunks: 1, bytes: c.size, maxTs: c.lastTs})
-}
-
-// Append queues records; done (may be nil) is called once they are durable with the offset of the first
-// record, or with an error. Records of one call stay contiguous and in order. The Log keeps recs and
-// their slices until done runs: do not modify them. Append returns at once unless the queue is full
-// (Options.QueueBytes), then it blocks until the writer catches up. done runs on the writer goroutine: it
-// must be quick and must not call Append (which could wait for that very goroutine); after Close it
-// gets ErrClosed on the calling goroutine.
-func (l *Log) Append(recs []Record, done func(first uint64, err error)) {
-	var size int64
-	for i := range recs {
-		size += int64(recordSize(&recs[i]))
-	}
-	l.qmu.Lock()
-	for !l.qclosed && len(l.queue) > 0 && l.queueBytes+size > l.opts.QueueBytes {
-		l.qspace.Wait()
-	}
-	if l.qclosed {
-		l.qmu.Unlock()
-		if done != nil {
-			done(0, ErrClosed)
-		}
-		return
-	}
-	l.queue = append(l.queue, appendReq{recs: recs, done: done, ts: time.Now().UnixMilli(), bytes: size})
-	l.queueBytes += size
-	l.qmu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run is the writer goroutine.
-func (l *Log) run() {
-	defer close(l.writerDone)
-	var tick <-chan time.Time
-	if l.opts.MaxAge > 0 {
-		t := time.NewTicker(min(5*time.Second, max(l.opts.MaxAge/10, 250*time.Millisecond)))
-		defer t.Stop()
-		tick = t.C
-	}
-	stopping := false
-	var reqs []appendReq
-	for {
-		if !stopping {
-			select {
-			case <-l.wake:
-			case <-tick:
-				l.ApplyRetention(time.Now())
-				continue
-			case <-l.stop:
-				stopping = true
-			}
-		}
-		l.qmu.Lock()
-		reqs, l.queue = l.queue, reqs[:0]
-		l.queueBytes = 0
-		l.qspace.Broadcast()
-		l.qmu.Unlock()
-		if len(reqs) == 0 {
-			if stopping {
-				return
-			}
-			continue
-		}
-		l.write(reqs)
-		clear(reqs)
-	}
-}
-
-// pendingChunk is a chunk built by write, not yet committed.
-type pendingChunk struct {
-	info chunkInfo
-	blob []byte
-}
-
-// write turns queued appends into chunks, commits them as one storage batch, and publishes them.
-func (l *Log) write(reqs []appendReq) {
-	for len(reqs) > 0 {
-		n := l.writeSome(reqs)
-		reqs = reqs[n:]
-	}
-}
-
-// writeSome writes the appends of reqs that fit in maxChunksPerBatch chunks (at least one request) and
-// returns how many requests it handled.
-func (l *Log) writeSome(reqs []appendReq) int {
-	l.mu.RLock()
-	base := l.next
-	var lastSeg segInfo
-	if n := len(l.segs); n > 0 {
-		lastSeg = l.segs[n-1]
-	}
-	l.mu.RUnlock()
-
-	var (
-		chunks  []pendingChunk
-		cur     []Record // records of the chunk being built
-		curSize = chunkHeaderSize
-		off     = base
-		nreq    int
-		b       storage.Batch
-	)
-	flush := func() {
-		if len(cur) == 0 {
-			return
-		}
-		blob, m := encodeChunk(off, cur, curSize)
-		ci := chunkInfo{first: off, count: m.count, size: int64(len(blob)), firstTs: m.firstTs, lastTs: m.lastTs}
-		if lastSeg.bytes > 0 && lastSeg.bytes+ci.size > l.opts.MaxSegmentBytes {
-			lastSeg = segInfo{num: lastSeg.num + 1}
-		}
-		ci.seg = lastSeg.num
-		lastSeg.bytes += ci.size
-		chunks = append(chunks, pendingChunk{info: ci, blob: blob})
-		b.Set(storage.StreamChunkKey(l.id, off), blob)
-		b.Set(indexKey(l.id, off), encodeIndex(&ci))
-		off += uint64(len(cur))
-		cur = cur[:0]
-		curSize = chunkHeaderSize
-	}
-	for nreq < len(reqs) && len(chunks) < maxChunksPerBatch {
-		r := &reqs[nreq]
-		for i := range r.recs {
-			rec := r.recs[i]
-			if rec.Timestamp == 0 {
-				rec.Timestamp = r.ts
-			}
-			sz := recordSize(&rec)
-			if len(cur) > 0 && (len(cur) >= l.opts.ChunkMaxRecords || curSize+sz > l.opts.ChunkMaxBytes) {
-				flush()
-			}
-			cur = append(cur, rec)
-			curSize += sz
-		}
-		nreq++
-	}
-	flush()
-	if len(chunks) == 0 { // only empty appends
-		for i := range reqs[:nreq] {
-			if reqs[i].done != nil {
-				reqs[i].done(base, nil)
-			}
-		}
-		return nreq
-	}
-
-	errc := make(chan error, 1)
-	l.db.Commit(&b, func(err error) { errc <- err })
-	if err := <-errc; err != nil {
-		err = fmt.Errorf("stream %d: append at offset %d: %w", l.id, base, err)
-		l.log.Error("stream write failed", "stream_id", l.id, "err", err)
-		for i := range reqs[:nreq] {
-			if reqs[i].done != nil {
-				reqs[i].done(0, err)
-			}
-		}
-		return nreq
-	}
-
-	// Cache the new chunks (decoded from their own bytes) before readers can see them.
-	for i := range chunks {
-		if entries, _, err := decodeChunk(chunks[i].blob); err == nil {
-			l.cache.put(chunks[i].info.first, entries, len(chunks[i].blob))
-		}
-	}
-	l.mu.Lock()
-	for i := range chunks {
-		ci := chunks[i].info
-		ci.maxTs = ci.lastTs
-		if n := len(l.chunks); n > 0 {
-			ci.maxTs = max(ci.maxTs, l.chunks[n-1].maxTs)
-		}
-		l.chunks = append(l.chunks, ci)
-		l.addToSegs(&ci)
-		l.bytes += ci.size
-	}
-	l.next = off
-	for o, ch := range l.waiters {
-		if o < l.next {
-			close(ch)
-			delete(l.waiters, o)
-		}
-	}
-	l.mu.Unlock()
-	// Retention before the callbacks: once an append is confirmed, the limits hold again.
-	l.ApplyRetention(time.Now())
-
-	first := base
-	for i := range reqs[:nreq] {
-		if reqs[i].done != nil {
-			reqs[i].done(first, nil)
-		}
-		first += uint64(len(reqs[i].recs))
-	}
-	return nreq
 }
 
 // indexKey is the key of a chunk's index record: StreamMetaKey(stream) | first u64.
@@ -539,6 +457,9 @@ func beUint64(b []byte) uint64 {
 	return v
 }
 
+// readableLocked is the end of what readers may see (mu held).
+func (l *Log) readableLocked() uint64 { return min(l.committed, l.durable, l.written) }
+
 // First is the first retained offset.
 func (l *Log) First() uint64 {
 	l.mu.RLock()
@@ -546,22 +467,46 @@ func (l *Log) First() uint64 {
 	return l.first
 }
 
-// Next is the offset the next record will get (the number of records ever written).
+// Next is the offset after the last committed record readers can see: the offset the next
+// record readers will see gets ("next" in x-stream-offset).
 func (l *Log) Next() uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return l.next
+	return max(l.readableLocked(), l.first)
 }
 
-// LastChunk returns the first offset of the last written chunk ("last" in x-stream-offset), or Next()
-// if the log holds no chunk.
+// Written is the end of the chunks this replica has (committed or not).
+func (l *Log) Written() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.written
+}
+
+// Durable is the end of the chunks this replica has fsynced.
+func (l *Log) Durable() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.durable
+}
+
+// Committed is the end of the records known to be on a majority of the replicas.
+func (l *Log) Committed() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.committed
+}
+
+// LastChunk returns the first offset of the last readable chunk ("last" in x-stream-offset), or
+// Next() if the log holds no readable chunk.
 func (l *Log) LastChunk() uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if n := len(l.chunks); n > 0 {
-		return l.chunks[n-1].first
+	end := l.readableLocked()
+	i := sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i].end() > end }) - 1
+	if i >= 0 {
+		return l.chunks[i].first
 	}
-	return l.next
+	return max(end, l.first)
 }
 
 // OffsetAt returns the first offset of the first chunk holding a record with a timestamp >= ts (Unix
@@ -569,17 +514,18 @@ func (l *Log) LastChunk() uint64 {
 func (l *Log) OffsetAt(ts int64) uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
+	end := l.readableLocked()
 	i := sort.Search(len(l.chunks), func(i int) bool { return l.chunks[i].maxTs >= ts })
-	if i < len(l.chunks) {
+	if i < len(l.chunks) && l.chunks[i].first < end {
 		return l.chunks[i].first
 	}
-	return l.next
+	return max(end, l.first)
 }
 
-// Read appends to dst up to max entries with offset >= from (clamped up to First()), in offset order, and
-// returns the extended slice. It reads whole chunks through a cache, so tailing readers are served from
-// memory. It returns dst unchanged if from >= Next() or max <= 0. The entries' Props and Body are shared
-// with the cache: read-only.
+// Read appends to dst up to max committed entries with offset >= from (clamped up to First()), in
+// offset order, and returns the extended slice. It reads whole chunks through a cache, so tailing
+// readers are served from memory. It returns dst unchanged if from >= Next() or max <= 0. The
+// entries' Props and Body are shared with the cache: read-only.
 func (l *Log) Read(dst []Entry, from uint64, max int) ([]Entry, error) {
 	taken := 0
 	for taken < max {
@@ -591,7 +537,8 @@ func (l *Log) Read(dst []Entry, from uint64, max int) ([]Entry, error) {
 		if from < l.first {
 			from = l.first
 		}
-		if from >= l.next || len(l.chunks) == 0 {
+		end := l.readableLocked()
+		if from >= end || len(l.chunks) == 0 {
 			l.mu.RUnlock()
 			break
 		}
@@ -605,7 +552,7 @@ func (l *Log) Read(dst []Entry, from uint64, max int) ([]Entry, error) {
 		if from < ci.first {
 			from = ci.first // a gap in a damaged log
 		}
-		entries, err := l.chunk(&ci)
+		entries, err := l.entries(&ci)
 		if err != nil {
 			if errors.Is(err, storage.ErrNotFound) && l.First() > ci.first {
 				continue // removed by retention meanwhile: clamp again
@@ -621,16 +568,34 @@ func (l *Log) Read(dst []Entry, from uint64, max int) ([]Entry, error) {
 	return dst, nil
 }
 
-// chunk returns the decoded entries of a chunk, from the cache or from storage.
-func (l *Log) chunk(ci *chunkInfo) ([]Entry, error) {
-	if e := l.cache.get(ci.first); e != nil {
-		return e, nil
+// blob returns a chunk's stored bytes, from the cache or from storage.
+func (l *Log) blob(ci *chunkInfo) ([]byte, error) {
+	if b := l.cache.blob(ci.first); b != nil {
+		return b, nil
 	}
-	blob, err := l.db.Get(storage.StreamChunkKey(l.id, ci.first))
+	l.mu.RLock()
+	b, ok := l.unstored[ci.first]
+	l.mu.RUnlock()
+	if ok {
+		return b, nil
+	}
+	b, err := l.db.Get(storage.StreamChunkKey(l.id, ci.first))
 	if err != nil {
 		return nil, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
 	}
-	entries, m, err := decodeChunk(blob)
+	return b, nil
+}
+
+// entries returns the decoded entries of a chunk, from the cache or from storage.
+func (l *Log) entries(ci *chunkInfo) ([]Entry, error) {
+	if e := l.cache.entries(ci.first); e != nil {
+		return e, nil
+	}
+	b, err := l.blob(ci)
+	if err != nil {
+		return nil, err
+	}
+	entries, m, err := decodeChunk(b, l.opts.Name)
 	if err == nil && (m.first != ci.first || m.count != ci.count) {
 		err = fmt.Errorf("%w: header says first %d count %d, index says first %d count %d",
 			errCorrupt, m.first, m.count, ci.first, ci.count)
@@ -639,89 +604,79 @@ func (l *Log) chunk(ci *chunkInfo) ([]Entry, error) {
 		l.log.Error("corrupt stream chunk", "stream_id", l.id, "first", ci.first, "err", err)
 		return nil, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
 	}
-	l.cache.put(ci.first, entries, len(blob))
+	l.cache.put(ci.first, b, entries)
 	return entries, nil
 }
 
 // Wait returns a channel that is closed as soon as Next() > offset, or when the log is closed.
 func (l *Log) Wait(offset uint64) <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed || l.next > offset {
-		return l.ready
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed || l.readableLocked() > offset {
+		return closedChan
 	}
-	ch, ok := l.waiters[offset]
-	if !ok {
-		ch = make(chan struct{})
-		l.waiters[offset] = ch
-	}
-	return ch
+	return l.readCh
 }
 
-// ApplyRetention removes whole old segments, oldest first, while the retained bytes exceed
-// MaxLengthBytes or the segment's newest record is older than now-MaxAge; the newest segment is always
-// kept. First() moves forward at once; the new first offset (a watermark that survives a restart) and
-// the deletion of the chunks and their index records go to storage in one batch. The writer goroutine
-// runs it after each write and periodically when MaxAge is set.
-func (l *Log) ApplyRetention(now time.Time) {
-	if l.opts.MaxLengthBytes <= 0 && l.opts.MaxAge <= 0 {
-		return
+// WaitWritten returns a channel that is closed once Written() > offset, the index is cut below
+// offset, or the log is closed.
+func (l *Log) WaitWritten(offset uint64) <-chan struct{} {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed || l.written > offset {
+		return closedChan
 	}
-	l.retMu.Lock()
-	defer l.retMu.Unlock()
-	if l.retClosed {
-		return
-	}
-	cutoff := now.UnixMilli() - l.opts.MaxAge.Milliseconds()
+	return l.writeCh
+}
 
-	l.mu.Lock()
-	drop, nchunks, bytes := 0, 0, l.bytes
-	for len(l.segs)-drop > 1 {
-		s := &l.segs[drop]
-		byBytes := l.opts.MaxLengthBytes > 0 && bytes > l.opts.MaxLengthBytes
-		byAge := l.opts.MaxAge > 0 && s.maxTs < cutoff
-		if !byBytes && !byAge {
-			break
-		}
-		bytes -= s.bytes
-		nchunks += s.chunks
-		drop++
-	}
-	if drop == 0 {
-		l.mu.Unlock()
-		return
-	}
-	removed := make([]uint64, nchunks)
-	for i := range removed {
-		removed[i] = l.chunks[i].first
-	}
-	newFirst := l.chunks[nchunks].first
-	l.chunks = compact(l.chunks, nchunks)
-	l.segs = compact(l.segs, drop)
-	l.bytes = bytes
-	l.first = newFirst
-	l.mu.Unlock()
-	l.cache.drop(newFirst)
+// closedChan is returned by the waits when nothing needs waiting for; it is never written.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-	var b storage.Batch
-	b.Set(storage.StreamMetaKey(l.id), encodeMeta(newFirst))
-	b.UseReserve() // it frees far more than the one record it sets
-	for _, f := range removed {
-		b.Delete(storage.StreamChunkKey(l.id, f))
-		b.Delete(indexKey(l.id, f))
+// advanceLocked wakes the readers and writers' waiters after watermarks moved (mu held) and
+// returns the Append callbacks now due.
+func (l *Log) advanceLocked(readBefore, writtenBefore uint64) []pendingDone {
+	if l.readableLocked() != readBefore {
+		close(l.readCh)
+		l.readCh = make(chan struct{})
 	}
-	l.log.Debug("stream retention", "stream_id", l.id, "segments", drop, "chunks", nchunks, "first", newFirst)
-	l.async.Add(1)
-	l.db.Commit(&b, func(err error) {
-		if err != nil {
-			l.log.Error("stream retention: cannot delete old chunks", "stream_id", l.id, "first", newFirst, "err", err)
+	if l.written != writtenBefore {
+		close(l.writeCh)
+		l.writeCh = make(chan struct{})
+	}
+	n := 0
+	for n < len(l.pend) && l.pend[n].end <= l.committed {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	due := append([]pendingDone(nil), l.pend[:n]...)
+	l.pend = compact(l.pend, n)
+	return due
+}
+
+func runDone(due []pendingDone, err error) {
+	for _, p := range due {
+		if p.done != nil {
+			if err != nil {
+				p.done(0, err)
+			} else {
+				p.done(p.first, nil)
+			}
 		}
-		l.async.Done()
-	})
+	}
+}
+
+// Stats returns the number of retained records, their stored bytes and the number of segments.
+func (l *Log) Stats() (records uint64, bytes int64, segments int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return max(l.readableLocked(), l.first) - l.first, l.bytes, len(l.segs)
 }
 
 // compact drops the first n elements of s, copying into a new array when most of it would be wasted.
 func compact[T any](s []T, n int) []T {
+	clear(s[:n])
 	s = s[n:]
 	if cap(s) > 64 && len(s) < cap(s)/4 {
 		s = append(make([]T, 0, len(s)*2), s...)
@@ -729,83 +684,10 @@ func compact[T any](s []T, n int) []T {
 	return s
 }
 
-// Stats returns the number of retained records, their stored bytes and the number of segments.
-func (l *Log) Stats() (records uint64, bytes int64, segments int) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.next - l.first, l.bytes, len(l.segs)
-}
-
-// StoreOffset records offset under a consumer name (server-side offset tracking). The write is
-// asynchronous and coalesced: at most one offset write per stream is in flight, and it carries the
-// latest offset of every name changed since the previous one. Close flushes and waits for it. It does
-// nothing after Close.
-func (l *Log) StoreOffset(name string, offset uint64) {
-	l.offMu.Lock()
-	if l.offClosed {
-		l.offMu.Unlock()
-		return
-	}
-	l.offsets[name] = offset
-	l.offDirty[name] = struct{}{}
-	b := l.takeDirtyOffsetsLocked()
-	l.offMu.Unlock()
-	l.commitOffsets(b)
-}
-
-// takeDirtyOffsetsLocked returns a batch of the changed offsets when none is in flight (nil otherwise)
-// and marks it in flight. offMu must be held.
-func (l *Log) takeDirtyOffsetsLocked() *storage.Batch {
-	if l.offInflight || len(l.offDirty) == 0 {
-		return nil
-	}
-	b := new(storage.Batch)
-	b.UseReserve() // a consumer's progress, like an ack: it must work on a nearly full disk
-	for name := range l.offDirty {
-		b.Set(storage.StreamOffsetKey(l.id, name), be64(l.offsets[name]))
-	}
-	clear(l.offDirty)
-	l.offInflight = true
-	l.async.Add(1)
-	return b
-}
-
-// commitOffsets commits a batch from takeDirtyOffsetsLocked; its callback sends the next one.
-func (l *Log) commitOffsets(b *storage.Batch) {
-	if b == nil {
-		return
-	}
-	l.db.Commit(b, func(err error) {
-		if err != nil {
-			l.log.Error("cannot store stream consumer offsets", "stream_id", l.id, "err", err)
-		}
-		l.offMu.Lock()
-		l.offInflight = false
-		next := l.takeDirtyOffsetsLocked()
-		l.offMu.Unlock()
-		l.commitOffsets(next) // Commit may be called from a done callback
-		l.async.Done()
-	})
-}
-
-// LoadOffset returns the offset stored under name.
-func (l *Log) LoadOffset(name string) (uint64, bool) {
-	l.offMu.Lock()
-	defer l.offMu.Unlock()
-	o, ok := l.offsets[name]
-	return o, ok
-}
-
-// Offsets returns a copy of every stored offset by consumer name.
-func (l *Log) Offsets() map[string]uint64 {
-	l.offMu.Lock()
-	defer l.offMu.Unlock()
-	return maps.Clone(l.offsets)
-}
-
-// Close stops the writer after it has written every queued append, waits for the log's pending storage
-// writes, and wakes every Wait channel. Later Appends get ErrClosed, Reads return ErrClosed. The
-// storage DB stays open. Close is idempotent.
+// Close stops the writer after it has handled every queued append, waits for the log's pending
+// storage writes, fails the appends still waiting for a commit (ErrClosed) and wakes every Wait
+// channel. Later Appends get ErrClosed, Reads return ErrClosed. The storage DB stays open. Close is
+// idempotent.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		l.qmu.Lock()
@@ -815,9 +697,9 @@ func (l *Log) Close() error {
 		close(l.stop)
 		<-l.writerDone
 
-		l.retMu.Lock()
-		l.retClosed = true
-		l.retMu.Unlock()
+		l.metaMu.Lock()
+		l.metaClosed = true
+		l.metaMu.Unlock()
 		l.offMu.Lock()
 		l.offClosed = true
 		l.offMu.Unlock()
@@ -825,11 +707,15 @@ func (l *Log) Close() error {
 
 		l.mu.Lock()
 		l.closed = true
-		for o, ch := range l.waiters {
-			close(ch)
-			delete(l.waiters, o)
-		}
+		l.writing = false
+		due := l.pend
+		l.pend = nil
+		close(l.readCh)
+		l.readCh = make(chan struct{})
+		close(l.writeCh)
+		l.writeCh = make(chan struct{})
 		l.mu.Unlock()
+		runDone(due, ErrClosed)
 		l.cache.clear()
 	})
 	return nil

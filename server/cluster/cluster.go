@@ -111,6 +111,7 @@ type Node struct {
 	conns    map[net.Conn]struct{} // accepted non-raft connections, closed by Close
 	fwd      map[string]*fwdClient // by peer address
 	errTimes map[string]time.Time  // rate limit of fingerprint error logs, by peer
+	services map[byte]ServiceHandler
 
 	live liveness
 

@@ -91,6 +91,8 @@ func (n *Node) handleConn(c net.Conn) {
 		n.servePing(c, br)
 	case tagAdmin:
 		n.serveAdmin(c, br)
+	case tagService:
+		n.serveService(c, br)
 	}
 }
 

@@ -78,7 +78,10 @@ type Broker struct {
 	policies   atomic.Pointer[policy.Set]
 	policyMu   sync.Mutex // serialises changes of policies (the metadata group applies one at a time anyway)
 
-	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
+	tag, epoch     uint16   // this node's tag and this boot's epoch in consumer ids
+	writerID       string   // this boot's writer id in stream deduplication tables
+	streams        sync.Map // stream queue id -> StreamQueue, for the stream service
+	groups         groups   // consumer groups (groups.go)
 	nextConsumerID atomic.Uint64
 
 	janitor chan *Queue
@@ -102,6 +105,8 @@ func New(opts Options) (*Broker, error) {
 		janitor: make(chan *Queue, 64),
 		quit:    make(chan struct{}),
 	}
+	b.groups.byKey = make(map[groupKey]*groupState)
+	b.groups.local = make(map[uint64]*localMember)
 	for _, t := range opts.Types {
 		b.types[t.Kind()] = t
 	}
@@ -113,6 +118,7 @@ func New(opts Options) (*Broker, error) {
 	b.access.init()
 	b.policies.Store(policy.NewSet())
 
+	b.startStreams()
 	b.wg.Add(1)
 	go b.runJanitor()
 	if err := b.recover(); err != nil {
@@ -124,6 +130,7 @@ func New(opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.bootstrapAccess()
+	b.forgetOwnBoots()
 	return b, nil
 }
 
@@ -136,6 +143,7 @@ func (b *Broker) Close() {
 	default:
 	}
 	close(b.quit)
+	b.closeGroups()
 	b.wg.Wait()
 	if a := b.alarms.Load(); a != nil {
 		a.Stop()

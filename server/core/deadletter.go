@@ -206,3 +206,45 @@ func FilterValue(h amqp.Table) string {
 	}
 	return ""
 }
+
+// MaxPublisherIDLen bounds x-publisher-id (as RabbitMQ bounds a stream publisher's reference).
+const MaxPublisherIDLen = 256
+
+// PublisherDedupe reads the deduplication headers of a publish to a stream: x-publisher-id (a
+// string of at most 256 bytes) and x-publishing-id (an integer, increasing per publisher). Both
+// must be present for the publish to be deduplicated. A malformed value is RabbitMQ's 406 with
+// the reason, raised by the session when the publish reaches a stream.
+func PublisherDedupe(h amqp.Table) (id string, seq uint64, err *amqp.Error) {
+	pv, hasP := h["x-publisher-id"]
+	sv, hasS := h["x-publishing-id"]
+	if !hasP && !hasS {
+		return "", 0, nil
+	}
+	if hasS {
+		n, ok := amqp.AsInt64(sv)
+		if !ok {
+			return "", 0, amqp.Errorf(amqp.PreconditionFailed, "invalid header 'x-publishing-id': must be an integer, got %s", amqp.TypeName(sv))
+		}
+		if n < 0 {
+			return "", 0, amqp.Errorf(amqp.PreconditionFailed, "invalid header 'x-publishing-id': must not be negative, got %d", n)
+		}
+		seq = uint64(n)
+	}
+	if hasP {
+		switch v := pv.(type) {
+		case string:
+			id = v
+		case []byte:
+			id = string(v)
+		default:
+			return "", 0, amqp.Errorf(amqp.PreconditionFailed, "invalid header 'x-publisher-id': must be a string, got %s", amqp.TypeName(pv))
+		}
+		if len(id) > MaxPublisherIDLen {
+			return "", 0, amqp.Errorf(amqp.PreconditionFailed, "invalid header 'x-publisher-id': %d bytes, longer than %d", len(id), MaxPublisherIDLen)
+		}
+	}
+	if !hasP || !hasS || id == "" {
+		return "", 0, nil
+	}
+	return id, seq, nil
+}

@@ -33,6 +33,8 @@ const (
 	opDeleteQueue
 	opBind
 	opUnbind
+	opPutSuperStream    // a super stream: its exchange, partitions and bindings at once
+	opDeleteSuperStream // a super stream's exchange and partitions
 )
 
 // metaCmdVersion is the first byte of a command. Format-1 commands were AMQP tables, whose first
@@ -154,6 +156,20 @@ func (b *Broker) applyOp(op metaOp, rec []byte, batch *storage.Batch) {
 				}
 			}
 		}
+	case opGroup:
+		b.applyGroup(rec, batch)
+	case opPutSuperStream, opDeleteSuperStream:
+		var t amqp.Table
+		if t, err = decodeRecord(rec); err == nil {
+			vhost = str(t, "vhost")
+			exb, _ := t["exchange"].([]byte)
+			var ex ExchangeRecord
+			if ex, err = decodeExchange(exb); err == nil {
+				if v := b.vhostFor(ex.VHost); v != nil {
+					v.applySuperStream(t, op == opPutSuperStream, batch)
+				}
+			}
+		}
 	default:
 		var known bool
 		if known, err = b.applyAccessOp(op, rec, batch); !known {
@@ -233,6 +249,7 @@ func (v *VHost) applyPutQueue(r QueueRecord, batch *storage.Batch) {
 // dropReplica removes a replica that was opened but is not kept.
 func (v *VHost) dropReplica(q *Queue) {
 	q.Queue.Delete()
+	v.b.forgetStream(q)
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)
@@ -280,9 +297,10 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 // replicatedKinds are the record kinds the metadata group replicates, in the order a snapshot
-// restore puts them (a vhost before what is in it, a user before its permissions).
+// restore puts them (a vhost before what is in it, a user before its permissions; consumer groups,
+// last, are restored by restoreGroups).
 var replicatedKinds = [...]byte{kindInit, kindVHost, kindUser, kindPermission, kindTopicPerm, kindLimits,
-	kindPolicy, kindOperatorPolicy, kindExchange, kindQueue, kindBinding}
+	kindPolicy, kindOperatorPolicy, kindExchange, kindQueue, kindBinding, kindGroup}
 
 // Persist implements raft.FSMSnapshot: magic, applied index, then (key, value) pairs with
 // uvarint lengths, ending with an empty key.
@@ -377,6 +395,9 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 		kindTopicPerm: opPutTopicPermission, kindLimits: opPutLimits, kindPolicy: opPutPolicy, kindOperatorPolicy: opPutPolicy,
 		kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}
 	for _, kind := range replicatedKinds {
+		if kind == kindGroup {
+			continue // restoreGroups, below
+		}
 		for k, val := range want {
 			if k[1] != kind {
 				continue
@@ -391,6 +412,7 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 			b.applyOp(putOps[kind], val, &batch)
 		}
 	}
+	b.restoreGroups(have, want, &batch)
 	b.applied.Store(applied)
 	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, applied))
 	if err := b.db.CommitSync(&batch); err != nil {

@@ -106,7 +106,7 @@ type queueSettings struct {
 	other           string // x-queue-type of a type added to the core (not classic, quorum, stream)
 	stream          bool   // x-queue-type=stream
 	quorum          bool   // x-queue-type=quorum
-	groupSize       int    // x-quorum-initial-group-size; 0 = default (3)
+	groupSize       int    // x-quorum-initial-group-size (streams: x-initial-cluster-size); 0 = default (3)
 	maxAge          time.Duration
 	maxSegmentBytes int64
 }
@@ -304,6 +304,11 @@ func parseQueueArgs(name, vhost string, args amqp.Table, known func(string) bool
 			return st, err
 		} else if ok {
 			st.maxSegmentBytes = n
+		}
+		if n, ok, err = integer("x-initial-cluster-size", false); err != nil {
+			return st, err
+		} else if ok {
+			st.groupSize = int(min(n, 255))
 		}
 	}
 	return st, nil

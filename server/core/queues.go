@@ -122,7 +122,7 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 			// In a cluster, durable named classic queues are replicated too, with one voter (this
 			// node) and a non-voting replica on every other node: every node sees them and serves
 			// their clients, and they are unavailable while their home node is down, as in RabbitMQ.
-			if st.quorum || st.kind() == "classic" && !d.AutoDelete && !d.ServerNamed && v.b.clustered() {
+			if st.quorum || st.stream || st.kind() == "classic" && !d.AutoDelete && !d.ServerNamed && v.b.clustered() {
 				store = storeReplicated
 			}
 		}
@@ -181,7 +181,10 @@ func (v *VHost) redeclare(q *Queue, d QueueDecl, owner Owner) (*Queue, *amqp.Err
 // a cluster, with this node as its only voter) and returns this node's replica.
 func (v *VHost) declareReplicated(ctx context.Context, d QueueDecl, st queueSettings, owner Owner) (*Queue, *amqp.Error) {
 	size, what := st.groupSize, "quorum queue"
-	if !st.quorum {
+	switch {
+	case st.stream:
+		what = "stream"
+	case !st.quorum:
 		size, what = 1, "queue"
 	}
 	voters, nonvoters, err := v.b.quorumMembers(size)
@@ -223,7 +226,11 @@ func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recS
 	cfg := q.openConfig(eff)
 	cfg.Recovered = recovered
 	if store == storeReplicated {
-		if err := b.openReplica(q, cfg); err != nil {
+		open := b.openReplica
+		if q.kind == "stream" {
+			open = b.openStreamReplica
+		}
+		if err := open(q, cfg); err != nil {
 			return nil, err
 		}
 		return q, nil
@@ -331,6 +338,10 @@ func (v *VHost) removeQueue(q *Queue, batch *storage.Batch) (int, exchange.Remov
 		}
 	}
 	n := q.Queue.Delete()
+	v.b.forgetStream(q)
+	if q.kind == "stream" && batch != nil {
+		v.b.dropGroupsOf(v.name, q.name, batch)
+	}
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)
@@ -342,6 +353,7 @@ func (v *VHost) removeQueue(q *Queue, batch *storage.Batch) (int, exchange.Remov
 // shutdown stops the queue's goroutines at broker shutdown, keeping its data.
 func (q *Queue) shutdown() {
 	if q.Queue != nil {
+		q.vhost.b.forgetStream(q)
 		q.Queue.Close()
 	}
 }

@@ -59,6 +59,8 @@ func (b *Broker) recover() error {
 				}
 				qs = append(qs, queueRec{r, st})
 			}
+		case kindGroup:
+			err = b.loadGroup(val)
 		case kindBinding, kindLocalBinding:
 			var r BindingRecord
 			if r, err = decodeBinding(val); err == nil {

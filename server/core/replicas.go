@@ -161,6 +161,7 @@ func (b *Broker) PeerChanged(id string, up bool) {
 		return
 	}
 	b.log.Warn("cluster node down", "node", id)
+	b.groupNodeGone(id)
 	tag := nodeTag(id)
 	for _, v := range b.VHosts() {
 		for _, q := range v.Queues() {
@@ -182,6 +183,12 @@ func (b *Broker) PeerChanged(id string, up bool) {
 // members in id order, up to size; every other member gets a non-voting replica so it can serve
 // the queue.
 func (b *Broker) quorumMembers(size int) (voters, nonvoters []string, err error) {
+	return b.quorumMembersFrom(size, 0)
+}
+
+// quorumMembersFrom is quorumMembers starting shift nodes after this one (a super stream's
+// partition i starts at the i-th node, so the partitions' leaders spread over the cluster).
+func (b *Broker) quorumMembersFrom(size, shift int) (voters, nonvoters []string, err error) {
 	if size <= 0 {
 		size = 3
 	}
@@ -205,6 +212,7 @@ func (b *Broker) quorumMembers(size int) (voters, nonvoters []string, err error)
 	if start < 0 {
 		start = 0
 	}
+	start = (start + shift) % len(ids)
 	for i := range ids {
 		id := ids[(start+i)%len(ids)]
 		if len(voters) < size && (b.node.PeerUp(id) || len(voters) == 0) {

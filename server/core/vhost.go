@@ -11,6 +11,7 @@ import (
 	"warren/exchange"
 	"warren/server/policy"
 	"warren/storage"
+	"warren/stream/partition"
 )
 
 // VHost is one virtual host: its exchanges, queues and bindings.
@@ -48,6 +49,7 @@ type Owner any
 
 func newVHost(b *Broker, name string) *VHost {
 	v := &VHost{b: b, name: name, ex: exchange.NewRegistry(name), queues: make(map[string]*Queue)}
+	v.ex.SetPartitioner(partition.Index)
 	v.queueExistsFn = v.queueExists
 	return v
 }
@@ -79,6 +81,10 @@ func (v *VHost) Route(dst []*Queue, names []string, ex, key string, extra []stri
 
 // Exchange returns the named exchange ("" is the default exchange).
 func (v *VHost) Exchange(name string) (*exchange.Exchange, bool) { return v.ex.Get(name) }
+
+// Partitions lists super stream name's partition streams in partition order (nil for any other
+// exchange).
+func (v *VHost) Partitions(name string) []string { return v.ex.Partitions(name) }
 
 // Exchanges lists the vhost's exchanges, sorted by name.
 func (v *VHost) Exchanges() []*exchange.Exchange { return v.ex.Exchanges() }
@@ -152,6 +158,9 @@ type ExchangeDecl struct {
 // DeclareExchange declares (or checks) an exchange. A new durable exchange is replicated to
 // every node before it returns.
 func (v *VHost) DeclareExchange(ctx context.Context, d ExchangeDecl) *amqp.Error {
+	if d.Type == SuperStreamType && !d.Passive {
+		return v.declareSuperStream(ctx, d)
+	}
 	if !d.Durable || d.Passive {
 		_, created, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
 		if created {
@@ -186,9 +195,12 @@ func (v *VHost) DeleteExchange(ctx context.Context, name string, ifUnused bool) 
 		_, err := v.ex.DeleteReport(name, ifUnused) // RabbitMQ's 403 for the system exchanges
 		return err
 	}
-	if ifUnused && v.ex.InUse(name) {
+	if ifUnused && v.ex.InUse(name) && x.Kind != exchange.SuperStream {
 		// Checked here, on the node that received the request, as RabbitMQ checks it.
 		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, v.name)
+	}
+	if x.Kind == exchange.SuperStream {
+		return v.deleteSuperStream(ctx, name)
 	}
 	rec := ExchangeRecord{VHost: v.name, Name: name}
 	return v.b.propose(ctx, opDeleteExchange, rec.encode())

@@ -143,7 +143,7 @@ func Handler(b *server.Server, opt Options) http.Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &api{b: b, c: b.Core(), opt: opt, routes: apiRoutes()}
+	a := &api{b: b, c: b.Core(), opt: opt, routes: append(apiRoutes(), streamRoutes()...)}
 	return http.HandlerFunc(a.serve)
 }
 

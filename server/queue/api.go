@@ -233,3 +233,55 @@ var (
 	// ErrRejected is the outcome of a publish refused by x-overflow reject-publish(-dlx).
 	ErrRejected = errors.New("queue: message rejected by the queue's length limit")
 )
+
+// GroupSpec describes a consumer group member's reader of one partition (see GroupPartition).
+type GroupSpec struct {
+	Group string // the group's name: acks commit the partition's named offset Group
+	Start uint64 // the first offset to deliver
+	// OnIdle is called once, after Pause or Stop, when no delivery from the partition is
+	// unacknowledged, with the committed offset (the highest contiguous acked; Start-1 if none).
+	// It must not block.
+	OnIdle func(committed int64)
+}
+
+// GroupReader is a consumer group member's reader of one partition.
+type GroupReader interface {
+	// Pause stops delivering (the partition moves to another member).
+	Pause()
+	// Stop removes the reader; its unacknowledged deliveries still commit when acked.
+	Stop()
+	// Unacked is the number of deliveries not acknowledged yet.
+	Unacked() int64
+	// Committed is the highest contiguous acknowledged offset (Start-1 if none).
+	Committed() int64
+}
+
+// GroupPartition is implemented by the queues that can be partitions of a consumer group
+// (streams): the core assigns each partition to one member at a time.
+type GroupPartition interface {
+	Queue
+	// ConsumeGroup starts a member's reader at g.Start. Deliveries carry x-stream-partition
+	// and x-stream-offset; spec.ID names the member in settles.
+	ConsumeGroup(spec ConsumeSpec, c Consumer, g GroupSpec) (GroupReader, error)
+	// ResolveOffset resolves an x-stream-offset value (nil: "next") to an offset.
+	ResolveOffset(spec any) (uint64, error)
+	// CommittedOffset is the named offset stored under name; StoreCommitted replaces it.
+	CommittedOffset(name string) (uint64, bool)
+	StoreCommitted(name string, offset uint64)
+}
+
+// ConsumerInfo describes one consumer of a queue for operators (the HTTP API).
+type ConsumerInfo struct {
+	Tag      string
+	ID       ConsumerID
+	Name     string // streams: x-stream-consumer-name, or the consumer group's name
+	Offset   uint64 // streams: the next offset to deliver
+	Unacked  int64
+	Prefetch int64
+	Active   bool // false: a group member's paused reader, or a cancelled consumer still owed acks
+}
+
+// ConsumerLister is implemented by queue types that list their consumers.
+type ConsumerLister interface {
+	ConsumerInfos() []ConsumerInfo
+}

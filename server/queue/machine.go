@@ -21,6 +21,11 @@ type Message struct {
 	// FilterValue is the x-stream-filter-value header, decoded once by the publishing session
 	// (streams index it; other queue types ignore it). Not stored by classic and quorum queues.
 	FilterValue string
+	// PublisherID and PublishingID are the x-publisher-id and x-publishing-id headers (decoded by
+	// the publishing session; "" = none): a stream stores the message only if the publishing id
+	// is above the highest stored for the publisher. Other queue types ignore them.
+	PublisherID  string
+	PublishingID uint64
 }
 
 // DedupeKey names a message for deduplication at its targets: a source (a queue id, unique in the

@@ -868,7 +868,7 @@ func TestSnapshotCoversAllFields(t *testing.T) {
 		{Reply{}, "Status Duplicate Stale ID Delivery OK Remaining Count Refused"},
 		{Delivery{}, "Consumer ID Msg Redelivered DeliveryCount Settled flags"},
 		{Config{}, "MaxPriority MessageTTL MaxLength MaxLengthBytes Overflow DeliveryLimit SingleActiveConsumer"},
-		{Message{}, "Exchange RoutingKey Props Body Persistent Priority BCC ExpiresAt Dedupe FilterValue"}, // FilterValue: streams only
+		{Message{}, "Exchange RoutingKey Props Body Persistent Priority BCC ExpiresAt Dedupe FilterValue PublisherID PublishingID"}, // FilterValue, PublisherID, PublishingID: streams only
 		{consumerSpec{}, "ID Prefetch Priority NoAck Credited Credit"},
 		{entry{}, "id msg count size flags prio redelivered timed"},
 		{unackedEntry{}, "entry owner deadline"},

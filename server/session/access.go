@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"warren/amqp"
@@ -127,8 +128,47 @@ func (ch *channel) checkExchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	if _, exists := ch.c.vhost.Exchange(m.Exchange); exists || strings.HasPrefix(m.Exchange, "amq.") {
 		return nil
 	}
+	if m.Type == core.SuperStreamType {
+		return ch.checkSuperStreamDeclare(m)
+	}
 	if ae, ok := m.Arguments["alternate-exchange"].(string); ok {
 		return aclErr(ch.acl.AlternateExchange(m.Exchange, ae))
+	}
+	return nil
+}
+
+// checkSuperStreamDeclare is the check of a new super stream beyond configure on its exchange: it
+// declares partition streams and binds them, so it needs what queue.declare and queue.bind of
+// each partition need (configure and write on the partition, read on the exchange). A malformed
+// x-partitions is left to the core's 406.
+func (ch *channel) checkSuperStreamDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
+	n, ok := amqp.AsInt64(m.Arguments["x-partitions"])
+	if !ok || n < 1 || n > core.MaxPartitions {
+		return nil
+	}
+	for i := range n {
+		part := m.Exchange + "-" + strconv.FormatInt(i, 10)
+		if err := ch.acl.QueueDeclare(part); err != nil {
+			return aclErr(err)
+		}
+		if err := ch.checkBinding(auth.Queue, part, m.Exchange, strconv.FormatInt(i, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSuperStreamDelete is exchange.delete's check of a super stream beyond configure on its
+// exchange: it deletes the partitions, so it needs configure on each, as queue.delete would.
+func (ch *channel) checkSuperStreamDelete(name string) *amqp.Error {
+	x, ok := ch.c.vhost.Exchange(name)
+	if !ok || x.Kind != exchange.SuperStream {
+		return nil
+	}
+	for _, part := range ch.c.vhost.Partitions(name) {
+		if err := ch.acl.QueueDelete(part); err != nil {
+			return aclErr(err)
+		}
 	}
 	return nil
 }

@@ -96,6 +96,9 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 			if err := aclErr(ch.acl.ExchangeDelete(m.Exchange)); err != nil {
 				return err
 			}
+			if err := ch.checkSuperStreamDelete(m.Exchange); err != nil {
+				return err
+			}
 		}
 		if err := c.vhost.DeleteExchange(ctx, m.Exchange, m.IfUnused); err != nil {
 			return err
@@ -387,7 +390,23 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if err := aclErr(ch.acl.Consume(qname)); err != nil {
 		return err
 	}
-	q, err := ch.useQueue(qname)
+	var q *core.Queue
+	if g, ok := m.Arguments["x-stream-consumer-group"]; ok {
+		// A group member reads whichever partitions it is given: it needs read on all of them, as
+		// a stream-protocol consumer of each partition would.
+		if q, err = c.vhost.GroupQueue(qname, g); err == nil {
+			for _, p := range q.GroupPartitions() {
+				if p == qname {
+					continue
+				}
+				if err := aclErr(ch.acl.Consume(p)); err != nil {
+					return err
+				}
+			}
+		}
+	} else {
+		q, err = ch.useQueue(qname)
+	}
 	if err != nil {
 		return err
 	}
@@ -816,6 +835,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 	}
 	var headers amqp.Table
 	var extra []string
+	var dedupeErr *amqp.Error
 	if len(msg.Props) >= 2 && msg.Props[0]&(byte(amqp.FlagHeaders>>8)|byte(amqp.FlagReplyTo>>8)) != 0 {
 		props, err := amqp.DecodeProperties(msg.Props)
 		if err != nil {
@@ -831,6 +851,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		}
 		headers = props.Headers
 		msg.FilterValue = core.FilterValue(headers)
+		msg.PublisherID, msg.PublishingID, dedupeErr = core.PublisherDedupe(headers)
 		extra = exchange.AppendKeys(extra, headers["CC"])
 		if bcc, ok := headers["BCC"]; ok {
 			n := len(extra)
@@ -860,6 +881,14 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 	ch.routeQueues, ch.routeNames, ok = v.Route(ch.routeQueues[:0], ch.routeNames, msg.Exchange, msg.RoutingKey, extra, headers)
 	if !ok {
 		return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", msg.Exchange, v.Name())
+	}
+	if dedupeErr != nil {
+		for _, q := range ch.routeQueues {
+			if q.Kind() == "stream" {
+				clear(ch.routeQueues)
+				return dedupeErr
+			}
+		}
 	}
 	delivered, rejected := false, false
 	var done queue.Done

@@ -54,6 +54,10 @@ func (b *Builder) Reset(typ ChunkType, chunkID uint64, timestamp int64, epoch ui
 	clear(b.bloom)
 }
 
+// SetTimestamp sets the chunk's timestamp (ms since the epoch), for a writer that learns it while
+// adding records (the newest record's time).
+func (b *Builder) SetTimestamp(ts int64) { b.hdr.Timestamp = ts }
+
 // Len returns the number of entries and records added so far, and the data bytes.
 func (b *Builder) Len() (entries, records, dataBytes int) {
 	return int(b.hdr.NumEntries), int(b.hdr.NumRecords), len(b.data)

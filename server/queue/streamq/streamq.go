@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/amqp"
 	"warren/server/queue"
 	"warren/stream"
+	"warren/stream/replica"
 )
 
 // Type opens stream queues.
@@ -22,35 +24,77 @@ type Type struct{}
 // Kind implements queue.Type.
 func (Type) Kind() string { return "stream" }
 
-// Open implements queue.Type: it opens (or creates) the stream's log. Retention comes from the
-// queue's arguments (x-max-length-bytes, x-max-age, x-stream-max-segment-size-bytes), which the
-// core has validated.
+// Replication is what Open needs to open a replicated stream: the core passes one in
+// OpenConfig.Extra (its type is the core's; streamq reads it through this interface).
+type Replication interface {
+	ReplicaConfig() replica.Config
+}
+
+// Open implements queue.Type: it opens (or creates) the stream's log and this node's replica.
+// Retention comes from the queue's arguments (x-max-length-bytes, x-max-age,
+// x-stream-max-segment-size-bytes), which the core has validated. With cfg.Extra a Replication
+// the stream is replicated; without, it is a stream of this node alone (streams declared before
+// replication existed).
 func (Type) Open(cfg queue.OpenConfig) (queue.Queue, error) {
-	maxBytes := cfg.Lifecycle.MaxLengthBytes
-	if maxBytes < 0 {
-		maxBytes = 0 // the lifecycle config uses -1 for "none"; the log uses 0
-	}
-	var maxAge time.Duration
-	if s, ok := stringArg(cfg.Args["x-max-age"]); ok {
-		if d, err := stream.ParseMaxAge(s); err == nil {
-			maxAge = d
-		}
-	}
+	maxBytes, maxAge := retention(cfg)
 	seg, _ := amqp.AsInt64(cfg.Args["x-stream-max-segment-size-bytes"])
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	l, err := stream.Open(cfg.DB, cfg.ID, stream.Options{
+	logger = logger.With("stream", cfg.Name, "vhost", cfg.VHost)
+	repl, replicated := cfg.Extra.(Replication)
+	var rep atomic.Pointer[replica.Replica]
+	opts := stream.Options{
+		Name:            cfg.Name,
 		MaxLengthBytes:  maxBytes,
 		MaxAge:          maxAge,
 		MaxSegmentBytes: seg,
-		Logger:          logger.With("stream", cfg.Name),
-	})
+		Logger:          logger,
+		Replicated:      replicated,
+	}
+	if replicated {
+		opts.OnRetention = func(first uint64) {
+			if r := rep.Load(); r != nil {
+				r.Retain(first)
+			}
+		}
+	}
+	l, err := stream.Open(cfg.DB, cfg.ID, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open stream '%s' in vhost '%s': %w", cfg.Name, cfg.VHost, err)
 	}
-	return &Queue{name: cfg.Name, vhost: cfg.VHost, log: l, logger: logger, cursors: make(map[queue.ConsumerID]*cursor)}, nil
+	rc := replica.Config{Logger: logger}
+	if replicated {
+		rc = repl.ReplicaConfig()
+		rc.Logger = logger
+	}
+	rc.Log = l
+	r := replica.New(rc)
+	rep.Store(r)
+	return &Queue{name: cfg.Name, vhost: cfg.VHost, log: l, rep: r, logger: logger, cursors: make(map[queue.ConsumerID]*cursor)}, nil
+}
+
+// retention is x-max-length-bytes and x-max-age of cfg (0: none), from the lifecycle settings and
+// the arguments, where the core has merged a policy's settings.
+func retention(cfg queue.OpenConfig) (maxBytes int64, maxAge time.Duration) {
+	maxBytes = max(cfg.Lifecycle.MaxLengthBytes, 0) // the lifecycle config uses -1 for "none"; the log uses 0
+	if s, ok := stringArg(cfg.Args["x-max-age"]); ok {
+		if d, err := stream.ParseMaxAge(s); err == nil {
+			maxAge = d
+		}
+	}
+	return maxBytes, maxAge
+}
+
+// Reconfigure implements core.Reconfigurer: a policy's max-length-bytes and max-age reach the
+// running stream (every replica gets them; the writing one applies them, so retention stays one
+// decision replicated to all). A changed stream-max-segment-size-bytes applies only when the stream
+// is next opened.
+func (q *Queue) Reconfigure(cfg queue.OpenConfig) error {
+	maxBytes, maxAge := retention(cfg)
+	q.log.SetRetention(maxBytes, maxAge)
+	return nil
 }
 
 func stringArg(v any) (string, bool) {
@@ -66,7 +110,8 @@ func stringArg(v any) (string, bool) {
 // Queue is a stream queue.
 type Queue struct {
 	name, vhost string
-	log         *stream.Log
+	log         *stream.Log      // this node's copy
+	rep         *replica.Replica // its replication: publishes, named offsets
 	logger      *slog.Logger
 
 	mu      sync.Mutex
@@ -80,8 +125,11 @@ func (q *Queue) Name() string { return q.name }
 // Kind implements queue.Queue.
 func (q *Queue) Kind() string { return "stream" }
 
-// Log is the stream's log.
+// Log is this node's copy of the stream's log.
 func (q *Queue) Log() *stream.Log { return q.log }
+
+// Replica is this node's replica of the stream.
+func (q *Queue) Replica() *replica.Replica { return q.rep }
 
 // Publish implements queue.Queue: the record is appended to the log's open chunk; done runs once
 // the chunk holding it is written.
@@ -95,12 +143,13 @@ func (q *Queue) Publish(msg *queue.Message, done queue.Done) queue.PublishStatus
 		}
 		return queue.Gone
 	}
-	rec := stream.Record{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, Props: msg.Props, Body: msg.Body, FilterValue: msg.FilterValue}
-	var cb func(uint64, error)
+	rec := stream.Record{Exchange: msg.Exchange, RoutingKey: msg.RoutingKey, Props: msg.Props, Body: msg.Body,
+		FilterValue: msg.FilterValue, PublisherID: msg.PublisherID, PublishingID: msg.PublishingID}
+	var cb func(error)
 	if done != nil {
-		cb = func(_ uint64, err error) { done.Done(err) }
+		cb = done.Done
 	}
-	q.log.Append([]stream.Record{rec}, cb)
+	q.rep.Publish([]stream.Record{rec}, cb)
 	return queue.Accepted
 }
 
@@ -214,12 +263,19 @@ func (q *Queue) Cancel(id queue.ConsumerID) bool {
 // Settle implements queue.Queue: acks are credit and move the named offset. Streams refuse nack
 // and reject, as RabbitMQ does, with a connection error.
 func (q *Queue) Settle(id queue.ConsumerID, op queue.SettleOp, tags []queue.Tag) error {
-	if op != queue.SettleAck {
-		return q.errorf(amqp.NotImplemented, "basic.nack and basic.reject not supported by stream queues queue '%s' in vhost '%s'")
-	}
 	q.mu.Lock()
 	cur := q.cursors[id]
 	q.mu.Unlock()
+	if op != queue.SettleAck {
+		if cur != nil && cur.onIdle != nil {
+			// A consumer group member's deliveries given back (its channel closed, or a nack that
+			// closes its connection): they no longer count as held, nothing is committed.
+			if cur.abandon(tags) {
+				q.forget(id, cur)
+			}
+		}
+		return q.errorf(amqp.NotImplemented, "basic.nack and basic.reject not supported by stream queues queue '%s' in vhost '%s'")
+	}
 	if cur == nil {
 		return nil
 	}
@@ -252,7 +308,7 @@ func (q *Queue) Delete() int {
 			cur.c.Cancelled(q, queue.CancelDeleted)
 		}
 	}
-	if err := q.log.Delete(); err != nil {
+	if err := q.rep.Delete(); err != nil {
 		q.logger.Error("cannot delete stream data", "stream", q.name, "err", err)
 	}
 	return 0
@@ -263,7 +319,7 @@ func (q *Queue) Close() {
 	for _, cur := range q.stopAll() {
 		cur.stop()
 	}
-	q.log.Close()
+	q.rep.Close()
 }
 
 func (q *Queue) stopAll() []*cursor {
@@ -324,6 +380,9 @@ type cursor struct {
 	prefetch        int64
 	filters         map[string]bool
 	matchUnfiltered bool
+	partition       string      // consumer groups: the x-stream-partition header ("" = none)
+	onIdle          func(int64) // consumer groups: once paused and settled (committed offset, -1 none)
+	start           uint64      // the first offset delivered
 
 	mu        sync.Mutex
 	next      uint64   // next offset to read
@@ -333,6 +392,8 @@ type cursor struct {
 	committed uint64 // highest contiguous offset done (valid when hasCommit)
 	hasCommit bool
 	stopped   bool
+	paused    bool // consumer groups: deliver nothing more (the partition is moving)
+	idleFired bool
 
 	kick chan struct{}
 	quit chan struct{}
@@ -380,8 +441,9 @@ func (c *cursor) run() {
 		c.mu.Lock()
 		credit := c.prefetch - c.inflight
 		from := c.next
+		paused := c.paused
 		c.mu.Unlock()
-		if credit <= 0 || !c.c.HasRoom(c) {
+		if paused || credit <= 0 || !c.c.HasRoom(c) {
 			select {
 			case <-c.quit:
 				return
@@ -419,6 +481,10 @@ func (c *cursor) run() {
 			e := &buf[i]
 			pass := c.matches(e.FilterValue)
 			c.mu.Lock()
+			if c.paused {
+				c.mu.Unlock()
+				break // the rest of the batch goes to the partition's next owner
+			}
 			c.next = e.Offset + 1
 			if c.name != "" {
 				c.track = append(c.track, e.Offset)
@@ -431,14 +497,18 @@ func (c *cursor) run() {
 			}
 			c.mu.Unlock()
 			if pass {
-				msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey,
-					Props: amqp.WithHeader(e.Props, "x-stream-offset", int64(e.Offset)), Body: e.Body}
+				props := amqp.WithHeader(e.Props, "x-stream-offset", int64(e.Offset))
+				if c.partition != "" {
+					props = amqp.WithHeader(props, "x-stream-partition", c.partition)
+				}
+				msg := &queue.Message{Exchange: e.Exchange, RoutingKey: e.RoutingKey, Props: props, Body: e.Body}
 				if !c.c.Deliver(c.q, queue.Delivery{Consumer: c.id, ID: e.Offset, Msg: msg}) {
 					return
 				}
 			}
 			buf[i] = stream.Entry{}
 		}
+		clear(buf)
 		c.commit()
 	}
 }
@@ -455,6 +525,46 @@ func (c *cursor) matches(fv string) bool {
 	return c.filters[fv]
 }
 
+// forget drops a cursor that has nothing left unacknowledged.
+func (q *Queue) forget(id queue.ConsumerID, cur *cursor) {
+	q.mu.Lock()
+	if q.cursors[id] == cur {
+		delete(q.cursors, id)
+	}
+	q.mu.Unlock()
+}
+
+// abandon counts deliveries as no longer held without committing them (consumer groups). It
+// reports whether a stopped cursor has nothing left unacknowledged.
+func (c *cursor) abandon(tags []queue.Tag) bool {
+	c.mu.Lock()
+	c.inflight -= int64(len(tags)) // their offsets stay unacked: the committed offset stops before them
+	done := c.stopped && c.inflight <= 0
+	c.mu.Unlock()
+	c.checkIdle()
+	return done
+}
+
+// checkIdle calls onIdle once when a paused group cursor holds no delivery.
+func (c *cursor) checkIdle() {
+	if c.onIdle == nil {
+		return
+	}
+	c.mu.Lock()
+	fire := (c.paused || c.stopped) && c.inflight <= 0 && !c.idleFired
+	if fire {
+		c.idleFired = true
+	}
+	committed := int64(c.start) - 1
+	if c.hasCommit {
+		committed = int64(c.committed)
+	}
+	c.mu.Unlock()
+	if fire {
+		c.onIdle(committed)
+	}
+}
+
 // ack marks deliveries acknowledged: credit returns and the stored offset may move. It reports
 // whether a cancelled cursor has nothing left unacknowledged.
 func (c *cursor) ack(tags []queue.Tag) bool {
@@ -469,6 +579,7 @@ func (c *cursor) ack(tags []queue.Tag) bool {
 	c.mu.Unlock()
 	c.commit()
 	c.Kick()
+	c.checkIdle()
 	return done
 }
 
@@ -490,6 +601,115 @@ func (c *cursor) commit() {
 	off := c.committed
 	c.mu.Unlock()
 	if moved {
-		c.q.log.StoreOffset(c.name, off)
+		c.q.rep.StoreOffset(c.name, off)
 	}
+}
+
+// GroupReader is a consumer group member's reader of one partition.
+type GroupReader struct {
+	q   *Queue
+	cur *cursor
+}
+
+// ConsumeGroup reads the stream for a consumer group's member from g.Start: deliveries carry
+// x-stream-partition (this stream's name) and x-stream-offset, and acks commit the named offset
+// g.Group. spec.ID names the member (its deliveries are settled on this queue with it).
+func (q *Queue) ConsumeGroup(spec queue.ConsumeSpec, c queue.Consumer, g queue.GroupSpec) (queue.GroupReader, error) {
+	if spec.NoAck {
+		return nil, q.errorf(amqp.NotImplemented, "automatic acknowledgement not supported by stream queues queue '%s' in vhost '%s'")
+	}
+	if spec.Prefetch == 0 {
+		return nil, q.errorf(amqp.PreconditionFailed, "consumer prefetch count is not set for 'queue '%s' in vhost '%s''")
+	}
+	onIdle := g.OnIdle
+	if onIdle == nil {
+		onIdle = func(int64) {}
+	}
+	cur := &cursor{q: q, c: c, id: spec.ID, tag: spec.Tag, name: g.Group, prefetch: int64(spec.Prefetch), acked: make(map[uint64]bool),
+		partition: q.name, onIdle: onIdle, start: g.Start, next: max(g.Start, q.log.First()),
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, queue.ErrGone
+	}
+	if old := q.cursors[spec.ID]; old != nil {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("stream '%s': consumer %d already reads it", q.name, spec.ID)
+	}
+	q.cursors[spec.ID] = cur
+	q.mu.Unlock()
+	go cur.run()
+	return &GroupReader{q: q, cur: cur}, nil
+}
+
+// Pause stops delivering (the partition moves to another member); OnIdle follows once every
+// delivery made is settled.
+func (g *GroupReader) Pause() {
+	g.cur.mu.Lock()
+	g.cur.paused = true
+	g.cur.mu.Unlock()
+	g.cur.Kick()
+	g.cur.checkIdle()
+}
+
+// Stop removes the reader: it reads no more; its unacknowledged deliveries still commit when
+// acked.
+func (g *GroupReader) Stop() {
+	g.q.Cancel(g.cur.id)
+	g.cur.checkIdle()
+}
+
+// Unacked is the number of deliveries not acknowledged yet.
+func (g *GroupReader) Unacked() int64 {
+	g.cur.mu.Lock()
+	defer g.cur.mu.Unlock()
+	return g.cur.inflight
+}
+
+// ResolveOffset implements queue.GroupPartition.
+func (q *Queue) ResolveOffset(spec any) (uint64, error) {
+	if spec == nil {
+		return q.log.Next(), nil
+	}
+	off, err := q.log.ParseOffsetSpec(spec, time.Now())
+	if err != nil {
+		return 0, amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-stream-offset' for queue '%s' in vhost '%s': {invalid_stream_offset_arg,{%s,%s}}",
+			q.name, q.vhost, amqp.TypeName(spec), erlangValue(spec))
+	}
+	return off, nil
+}
+
+// CommittedOffset implements queue.GroupPartition.
+func (q *Queue) CommittedOffset(name string) (uint64, bool) { return q.log.LoadOffset(name) }
+
+// StoreCommitted implements queue.GroupPartition.
+func (q *Queue) StoreCommitted(name string, offset uint64) { q.rep.StoreOffset(name, offset) }
+
+// Committed is the highest contiguous acknowledged offset (Start-1 if none).
+func (g *GroupReader) Committed() int64 {
+	g.cur.mu.Lock()
+	defer g.cur.mu.Unlock()
+	if g.cur.hasCommit {
+		return int64(g.cur.committed)
+	}
+	return int64(g.cur.start) - 1
+}
+
+// ConsumerInfos implements queue.ConsumerLister.
+func (q *Queue) ConsumerInfos() []queue.ConsumerInfo {
+	q.mu.Lock()
+	curs := make([]*cursor, 0, len(q.cursors))
+	for _, c := range q.cursors {
+		curs = append(curs, c)
+	}
+	q.mu.Unlock()
+	out := make([]queue.ConsumerInfo, 0, len(curs))
+	for _, c := range curs {
+		c.mu.Lock()
+		out = append(out, queue.ConsumerInfo{Tag: c.tag, ID: c.id, Name: c.name, Offset: c.next, Unacked: c.inflight,
+			Prefetch: c.prefetch, Active: !c.stopped && !c.paused})
+		c.mu.Unlock()
+	}
+	return out
 }

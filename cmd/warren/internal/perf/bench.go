@@ -61,6 +61,8 @@ type benchScenario struct {
 	metrics []benchMetric
 	bound   func(BenchConfig) time.Duration
 	run     func(ctx context.Context, b *bencher, t *benchTarget) runOutcome
+	// warrenOnly scenarios are not run against the reference RabbitMQ (it has no such feature).
+	warrenOnly bool
 	// after, if set, runs once the run's CPU use is taken and may add notes: a side measurement
 	// that must not count as the broker's or the tool's load.
 	after func(ctx context.Context, b *bencher, t *benchTarget, out *runOutcome)
@@ -247,6 +249,10 @@ func benchScenarios() []benchScenario {
 		streamScenario(),
 		quorumScenario(),
 		declareScenario(),
+		streamReadAlong("S11", 100),
+		streamReadAlong("S12", 1000),
+		replicatedStreamScenario(),
+		superStreamGroupScenario(),
 	}
 }
 
@@ -605,6 +611,9 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 			for _, t := range b.targets {
 				if ctx.Err() != nil {
 					break
+				}
+				if sc.warrenOnly && t != warren {
+					continue
 				}
 				out := b.runOne(ctx, sc, t)
 				results[sc.id][t.name] = append(results[sc.id][t.name], out)

@@ -46,7 +46,7 @@ func Command() *cli.Command {
 			},
 			{
 				Name:   "bench",
-				Usage:  "run the S1-S10 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
+				Usage:  "run the S1-S14 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},

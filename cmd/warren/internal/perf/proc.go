@@ -29,6 +29,12 @@ type brokerProc struct {
 	addr   string        // host:port the broker listens on
 	uri    string
 	data   string
+
+	// name, port and extra serve a node of a bench-started cluster: a fixed AMQP port (0: a
+	// free one each start) and more `serve` flags.
+	name  string
+	port  int
+	extra []string
 }
 
 func newBrokerProc(bin string) (*brokerProc, error) {
@@ -49,11 +55,14 @@ func newBrokerProc(bin string) (*brokerProc, error) {
 // start runs the broker on a new free port with a new data directory and waits until it
 // accepts AMQP connections.
 func (b *brokerProc) start(ctx context.Context) error {
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := b.port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
-	b.data = filepath.Join(b.base, fmt.Sprintf("data-%d", b.starts+1))
+	b.data = filepath.Join(b.base, fmt.Sprintf("data%s-%d", b.name, b.starts+1))
 	b.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	b.uri = "amqp://guest:guest@" + b.addr + "/"
 	return b.launch(ctx, 50*time.Millisecond, 20*time.Second)
@@ -79,14 +88,15 @@ func (b *brokerProc) restart(ctx context.Context, limit time.Duration) (stopped,
 // launch runs `serve` on b.addr and b.data and polls the port until it accepts.
 func (b *brokerProc) launch(ctx context.Context, poll, limit time.Duration) error {
 	b.starts++
-	logPath := filepath.Join(b.base, fmt.Sprintf("warren-%d.log", b.starts))
+	logPath := filepath.Join(b.base, fmt.Sprintf("warren%s-%d.log", b.name, b.starts))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return fmt.Errorf("create broker log: %w", err)
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	addr := b.addr
-	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn")
+	args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn"}, b.extra...)
+	cmd := exec.Command(b.bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
