@@ -103,7 +103,7 @@ func (s *Store) GetLog(index uint64, log *raft.Log) error {
 	if err != nil {
 		return fmt.Errorf("raftstore: group %d: get log %d: %w", s.group, index, err)
 	}
-	if err := decodeLog(val, log); err != nil {
+	if err := DecodeLog(val, log); err != nil {
 		return fmt.Errorf("raftstore: group %d: log %d: %w", s.group, index, err)
 	}
 	if log.Index != index {
@@ -135,7 +135,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("raftstore: group %d: store logs: entry with index 0", s.group)
 		}
 		lo, hi = min(lo, l.Index), max(hi, l.Index)
-		size += maxEncodedLen(l)
+		size += MaxEncodedLen(l)
 	}
 	// One buffer for all keys and one for all values: the batch keeps sub-slices of them until the commit
 	// is done, and nothing writes to a sub-slice once it was taken.
@@ -146,7 +146,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		k := len(keys)
 		keys = storage.AppendU64U64Key(keys, storage.PrefixRaftLog, s.group, l.Index)
 		v := len(vals)
-		vals = appendLog(vals, l)
+		vals = AppendLog(vals, l)
 		b.Set(keys[k:len(keys):len(keys)], vals[v:len(vals):len(vals)])
 	}
 

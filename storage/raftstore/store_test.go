@@ -490,7 +490,7 @@ func TestDamagedEntry(t *testing.T) {
 	db := openDB(t, "")
 	s := newStore(t, db, 1)
 	mustStore(t, s, entries(1, 3))
-	good := appendLog(nil, entry(2, "log2"))
+	good := AppendLog(nil, entry(2, "log2"))
 	for name, val := range map[string][]byte{
 		"empty":             {},
 		"unknown version":   append([]byte{9}, good[1:]...),
@@ -509,7 +509,7 @@ func TestDamagedEntry(t *testing.T) {
 	}
 	// An entry stored under the wrong index is damage too.
 	var b storage.Batch
-	b.Set(storage.RaftLogKey(1, 2), appendLog(nil, entry(3, "log3")))
+	b.Set(storage.RaftLogKey(1, 2), AppendLog(nil, entry(3, "log3")))
 	if err := db.CommitSync(&b); err != nil {
 		t.Fatalf("CommitSync: %v", err)
 	}
@@ -640,11 +640,11 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestEncodingIsCompact(t *testing.T) {
 	l := &raft.Log{Index: 1000, Term: 5, Type: raft.LogCommand, Data: []byte("0123456789")}
-	if n := len(appendLog(nil, l)); n > 2+2+1+1+1+10 {
+	if n := len(AppendLog(nil, l)); n > 2+2+1+1+1+10 {
 		t.Fatalf("encoded size %d bytes for 10 bytes of data", n)
 	}
 	var got raft.Log
-	if err := decodeLog(appendLog(nil, l), &got); err != nil || !reflect.DeepEqual(&got, l) {
+	if err := DecodeLog(AppendLog(nil, l), &got); err != nil || !reflect.DeepEqual(&got, l) {
 		t.Fatalf("round trip = %+v, %v", got, err)
 	}
 }

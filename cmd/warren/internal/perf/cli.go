@@ -49,7 +49,7 @@ func Command() *cli.Command {
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},
-		}, floorCommands()...),
+		}, append(floorCommands(), clusterCommand())...),
 	}
 }
 
