@@ -41,21 +41,32 @@ const (
 	PingInterval = 500 * time.Millisecond
 	// PeerDownAfter is how long a member may go without answering a ping before it is reported down.
 	PeerDownAfter = 3 * time.Second
+	// suspectAfter is how long a member may go without answering a ping before the groups it leads are
+	// made to elect another leader (failover.go). It is shorter than PeerDownAfter: a wrong suspicion
+	// costs a leader change, a wrong "down" costs consumers.
+	suspectAfter = 1500 * time.Millisecond
 )
 
 // Raft timing and log retention (see the package documentation).
 const (
-	heartbeatTimeout   = 1500 * time.Millisecond
-	electionTimeout    = 1500 * time.Millisecond
-	leaderLeaseTimeout = 750 * time.Millisecond
-	commitTimeout      = 50 * time.Millisecond
-	maxAppendEntries   = 256
-	snapshotThreshold  = 8192
-	trailingLogs       = 4096
-	snapshotInterval   = 30 * time.Second
-	snapshotsRetained  = 2
-	transportTimeout   = 10 * time.Second
-	logCacheSize       = 512
+	// Raft's own failure detection is slow on purpose: a leader heartbeats each follower every
+	// heartbeatTimeout/10..heartbeatTimeout/5, and an idle cluster's cost is mostly those heartbeats.
+	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
+	// raft's timeout only catches a group that lost its leader while the leader's node lives.
+	heartbeatTimeout   = 4 * time.Second
+	electionTimeout    = 4 * time.Second
+	leaderLeaseTimeout = 2 * time.Second
+	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
+	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost
+	// almost nothing.
+	commitTimeout     = 1 * time.Second
+	maxAppendEntries  = 256
+	snapshotThreshold = 8192
+	trailingLogs      = 4096
+	snapshotInterval  = 30 * time.Second
+	snapshotsRetained = 2
+	transportTimeout  = 10 * time.Second
+	logCacheSize      = 512
 )
 
 // ErrNoLeader is returned when no leader was reachable before the deadline.

@@ -99,7 +99,8 @@ type Group struct {
 	drunning bool // the done runner runs
 
 	emu       sync.Mutex
-	wasLeader bool // the leadership last reported to OnLeader
+	wasLeader bool        // the leadership last reported to OnLeader
+	kickTimer *time.Timer // a later turn at forcing an election (failover.go)
 
 	stop      chan struct{}
 	wg        sync.WaitGroup // local waiter and retry loop
@@ -232,6 +233,7 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 		if err != nil {
 			return nil, false, err
 		}
+		gt.logs = logs
 		g.gt, g.trans = gt, gt
 	}
 
@@ -298,6 +300,10 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 		return fail(fmt.Errorf("new raft: %w", err))
 	}
 	g.raft = r
+	if g.gt != nil {
+		lf := func() (uint64, bool) { return r.CurrentTerm(), r.State() == raft.Leader }
+		g.gt.leader.Store(&lf)
+	}
 	n.watch(g)
 	return g, bootstrapped, nil
 }
@@ -389,6 +395,9 @@ func (g *Group) Nonvoters() []string { return g.servers(raft.Nonvoter) }
 // setApplied records that the FSM applied index and wakes WaitApplied.
 func (g *Group) setApplied(index uint64) {
 	g.applied.Store(index)
+	if g.gt != nil {
+		g.gt.committed(index) // a no-op unless this node leads (checked when the push is due)
+	}
 	if g.waiters.Load() > 0 {
 		g.wmu.Lock()
 		if g.wch != nil {
@@ -850,6 +859,11 @@ func (g *Group) Close() error {
 				errs = append(errs, fmt.Errorf("cluster: group %d: shutdown: %w", g.id, err))
 			}
 			g.n.unwatch(g)
+			g.emu.Lock()
+			if g.kickTimer != nil {
+				g.kickTimer.Stop()
+			}
+			g.emu.Unlock()
 			close(g.stop)
 			g.failRetries()
 			g.n.cancelForwards(g)

@@ -40,8 +40,8 @@ const (
 	laneControl byte = 0 // heartbeats, votes, TimeoutNow
 	laneData    byte = 1 // AppendEntries
 
-	hbCoalesce       = 10 * time.Millisecond // heartbeats raised within this window share a frame
-	hbCallTimeout    = heartbeatTimeout      // a heartbeat not answered by then failed
+	hbCoalesce       = 50 * time.Millisecond // heartbeats raised within this window share a frame
+	hbCallTimeout    = leaderLeaseTimeout    // a heartbeat not answered by then failed
 	rpcCallTimeout   = transportTimeout      // any other RPC
 	sweepEvery       = 250 * time.Millisecond
 	parkTimeout      = 3 * time.Second
@@ -411,6 +411,8 @@ type call struct {
 	hdr      raft.RPCHeader             // heartbeats: the header sent
 	resp     any                        // the response to fill
 	done     chan error                 // one-off calls and heartbeats: capacity 1
+	onDone   func(error)                // asynchronous calls (commit pushes) instead of done
+	push     bool                       // a commit push (groupTransport.committed)
 	fut      *appendFuture              // pipelined appends
 	pipe     *pipeline
 }

@@ -32,13 +32,22 @@ type groupTransport struct {
 	shutdown  chan struct{}
 	closeOnce sync.Once
 
+	// logs is the group's log (raft's LogStore), read to extend full pipelined appends (extend).
+	logs raft.LogStore
+	// leader, set once raft runs, reports raft's current term and whether this node leads the group.
+	leader atomic.Pointer[func() (term uint64, ok bool)]
+
 	mu      sync.Mutex
 	closed  bool
 	inq     []inReq
 	pumping bool
 	links   map[raft.ServerAddress]*peerLink
 	pipes   map[*pipeline]struct{}
-	wg      sync.WaitGroup // pumps, asynchronous heartbeats
+	// Commit push (see committed): the highest applied index to push, and whether a push is due.
+	pushIndex uint64
+	pushTimer *time.Timer
+	pushDue   bool
+	wg        sync.WaitGroup // pumps, asynchronous heartbeats
 }
 
 var (
@@ -99,6 +108,9 @@ func (t *groupTransport) Close() error {
 	t.m.unregister(t)
 	t.mu.Lock()
 	t.closed = true
+	if t.pushTimer != nil {
+		t.pushTimer.Stop()
+	}
 	q := t.inq
 	t.inq = nil
 	pipes := make([]*pipeline, 0, len(t.pipes))
@@ -151,6 +163,7 @@ func (t *groupTransport) unary(target raft.ServerAddress, lane, kind byte, resp 
 		deadline: time.Now().Add(rpcCallTimeout)}
 	if req != nil {
 		c.link = t.link(target)
+		c.link.sent(req)
 	}
 	if !oc.register(c) {
 		return oc.deadErr()
@@ -212,6 +225,13 @@ func (t *groupTransport) callDone(c *call, epoch uint64, err error) {
 	switch {
 	case c.kind == kindHeartbeats:
 		c.link.heartbeat(c.hbTerm, nil, 0) // answers come through heartbeatAnswered: this is a failure
+	case c.push:
+		// A commit push (not raft's): its answer only tells the link what the follower knows.
+		var r *raft.AppendEntriesResponse
+		if err == nil {
+			r, _ = c.resp.(*raft.AppendEntriesResponse)
+		}
+		c.link.pushed(c.req, r, epoch)
 	case c.link != nil && c.req != nil:
 		var r *raft.AppendEntriesResponse
 		if err == nil {
@@ -222,6 +242,10 @@ func (t *groupTransport) callDone(c *call, epoch uint64, err error) {
 	if c.fut != nil {
 		c.fut.err = err
 		c.pipe.deliver(c.fut)
+		return
+	}
+	if c.onDone != nil {
+		c.onDone(err)
 		return
 	}
 	if err == nil && c.kind == kindHeartbeats {
@@ -240,6 +264,86 @@ func (t *groupTransport) heartbeatAnswered(c *call, a *hbAnswer) {
 	*c.resp.(*raft.AppendEntriesResponse) = a.resp
 	c.link.heartbeat(c.hbTerm, &a.resp, a.epoch)
 	c.done <- nil
+}
+
+// pushDelay is how long a commit push waits for raft's own replication to carry the new commit index
+// (under load an append goes out at once and the push is not needed).
+const pushDelay = 2 * time.Millisecond
+
+// committed is told (on the leader) that the FSM applied index c, which is therefore committed.
+//
+// hashicorp/raft tells followers a new commit index only with the next AppendEntries: new entries,
+// or the empty append its replication loop sends every CommitTimeout. A follower's FSM (and with it a
+// quorum queue's consumers on that node, and a declaration waiting on a follower) would lag by up to
+// twice CommitTimeout, and a short CommitTimeout costs every idle group a wake-up per follower every
+// few tens of milliseconds. So the transport pushes the commit index itself, pushDelay after an apply
+// that no append carried: it sends each follower the empty append raft's loop would send (this term,
+// the follower's acknowledged last entry as the previous one), with the commit index capped at that
+// entry. The push is only sent while this node leads in the term of the follower's acknowledgement;
+// see docs/architecture.md for why a late one is harmless. CommitTimeout is then only the fallback.
+func (t *groupTransport) committed(c uint64) {
+	if lf := t.leader.Load(); lf == nil {
+		return
+	} else if _, ok := (*lf)(); !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || c <= t.pushIndex {
+		return
+	}
+	t.pushIndex = c
+	if t.pushDue {
+		return
+	}
+	t.pushDue = true
+	if t.pushTimer == nil {
+		t.pushTimer = time.AfterFunc(pushDelay, t.pushCommits)
+	} else {
+		t.pushTimer.Reset(pushDelay)
+	}
+}
+
+// pushCommits sends the commit pushes due.
+func (t *groupTransport) pushCommits() {
+	t.mu.Lock()
+	t.pushDue = false
+	c := t.pushIndex
+	links := make(map[raft.ServerAddress]*peerLink, len(t.links))
+	for a, l := range t.links {
+		links[a] = l
+	}
+	closed := t.closed
+	t.mu.Unlock()
+	lf := t.leader.Load()
+	if closed || lf == nil {
+		return
+	}
+	term, ok := (*lf)()
+	if !ok {
+		return
+	}
+	for target, l := range links {
+		req := l.pushFor(c, term)
+		if req == nil {
+			continue
+		}
+		oc, err := t.m.out(string(target), laneData)
+		if err != nil {
+			continue
+		}
+		resp := &raft.AppendEntriesResponse{}
+		cl := &call{t: t, kind: kindAppend, link: l, req: req, resp: resp, push: true,
+			onDone: func(error) {}, deadline: time.Now().Add(rpcCallTimeout)}
+		if !oc.register(cl) {
+			continue
+		}
+		if !oc.w.send(requestFrame(kindAppend, cl.id, t.gid, maxAppendReqLen(req), func(b []byte) []byte {
+			return appendAppendReq(b, req)
+		})) {
+			oc.unregister(cl.id)
+		}
+	}
 }
 
 // InstallSnapshot implements raft.Transport: the snapshot goes on a connection of its own.
@@ -555,6 +659,8 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 	case <-p.t.shutdown:
 		return nil, raft.ErrTransportShutdown
 	}
+	p.t.extend(args)
+	p.link.sent(args)
 	c := &call{t: p.t, kind: kindAppend, link: p.link, req: args, resp: resp, fut: f, pipe: p,
 		deadline: time.Now().Add(rpcCallTimeout)}
 	if !p.oc.register(c) {
@@ -570,6 +676,46 @@ func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.App
 		return nil, errPipelineBroken
 	}
 	return f, nil
+}
+
+// Bounds of extend.
+const (
+	extendMaxEntries = 4 * maxAppendEntries
+	extendMaxBytes   = 8 << 20
+)
+
+// extend appends to a full pipelined append the entries the leader's log holds after it.
+//
+// hashicorp's pipeline sends at most MaxAppendEntries entries per trigger; when more were appended
+// while it waited for a slot, the rest would wait for the next trigger (new entries) or the
+// CommitTimeout tick, which is long here (commit indexes are pushed instead: committed). Extending
+// the request keeps a backlog flowing: raft takes its next index and the follower's match index from
+// the request's entries after AppendEntries returns, so its bookkeeping includes the added entries;
+// consecutive entries of the leader's own log after the request's last one are what raft itself
+// would send next.
+func (t *groupTransport) extend(req *raft.AppendEntriesRequest) {
+	n := len(req.Entries)
+	if n < maxAppendEntries || t.logs == nil {
+		return
+	}
+	hi, err := t.logs.LastIndex()
+	if err != nil {
+		return
+	}
+	next := req.Entries[n-1].Index + 1
+	hi = min(hi, next+extendMaxEntries-1)
+	size := 0
+	for _, l := range req.Entries {
+		size += len(l.Data)
+	}
+	for i := next; i <= hi && size < extendMaxBytes; i++ {
+		l := new(raft.Log)
+		if err := t.logs.GetLog(i, l); err != nil || l.Index != i {
+			return
+		}
+		req.Entries = append(req.Entries, l)
+		size += len(l.Data)
+	}
 }
 
 // deliver hands a completed future to raft's pipeline decoder.
@@ -631,6 +777,51 @@ type peerLink struct {
 	hbOK      bool   // the latest heartbeat succeeded, in term hbTerm, answered at hbAt
 	hbTerm    uint64
 	hbAt      time.Time
+	// What raft sent in sentTerm: the highest commit index, and the RPC header (for pushes).
+	sentTerm   uint64
+	sentCommit uint64
+	hdr        raft.RPCHeader
+}
+
+// sent records a real append about to go out.
+func (l *peerLink) sent(req *raft.AppendEntriesRequest) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if req.Term > l.sentTerm {
+		l.sentTerm, l.sentCommit = req.Term, 0
+	}
+	if req.Term == l.sentTerm {
+		l.sentCommit = max(l.sentCommit, req.LeaderCommitIndex)
+		l.hdr = req.RPCHeader
+	}
+}
+
+// pushFor returns the commit push for applied index c in term (nil if none is needed or possible):
+// the follower must have acknowledged an append of this term, and nothing sent in this term may
+// already carry the commit index.
+func (l *peerLink) pushFor(c, term uint64) *raft.AppendEntriesRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	commit := min(c, l.ackLast)
+	if !l.ackValid || l.ackTerm != term || l.sentTerm != term || commit <= l.sentCommit || len(l.hdr.Addr) == 0 {
+		return nil
+	}
+	l.sentCommit = commit
+	return &raft.AppendEntriesRequest{RPCHeader: l.hdr, Term: term, Leader: l.hdr.Addr,
+		PrevLogEntry: l.ackLast, PrevLogTerm: l.ackLTerm, LeaderCommitIndex: commit}
+}
+
+// pushed records the answer to a commit push (resp nil: it failed).
+func (l *peerLink) pushed(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, epoch uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case resp == nil:
+	case !resp.Success || resp.Term != req.Term || epoch != l.epoch:
+		l.ackValid = false // let raft's own appends sort it out
+	case l.ackValid && l.ackTerm == req.Term && l.ackLast == req.PrevLogEntry && l.ackLTerm == req.PrevLogTerm:
+		l.ackCommit = max(l.ackCommit, req.LeaderCommitIndex)
+	}
 }
 
 // hbFresh bounds the age of the heartbeat answer elision relies on (heartbeats go every 150-300 ms).
