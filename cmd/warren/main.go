@@ -125,6 +125,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Usage: "write a Go CPU profile of the whole run to `FILE` (for go tool pprof)",
 					},
 					&cli.StringFlag{
+						Name:  "heap-profile",
+						Usage: "on SIGTERM/SIGINT, before shutting down, write a Go heap profile to `FILE` and a goroutine profile to FILE.goroutines (for go tool pprof)",
+					},
+					&cli.StringFlag{
 						Name:    "log-level",
 						Usage:   "`LEVEL` of logs written to stderr: debug, info, warn or error",
 						Value:   "info",
@@ -175,7 +179,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer pprof.StopCPUProfile()
 					}
-					return serve(c.Context, cfg, c.String("http-listen"))
+					return serve(c.Context, cfg, c.String("http-listen"), c.String("heap-profile"))
 				},
 			},
 			{
@@ -190,6 +194,21 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			perf.Command(),
 			dlq.Command(),
 		},
+	}
+}
+
+// writeProfiles writes the heap profile to path and the goroutine profile to path.goroutines.
+func writeProfiles(path string) {
+	for name, file := range map[string]string{"heap": path, "goroutine": path + ".goroutines"} {
+		f, err := os.Create(file)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "--heap-profile: %v\n", err)
+			continue
+		}
+		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "--heap-profile: %s: %v\n", name, err)
+		}
+		f.Close()
 	}
 }
 
@@ -250,7 +269,7 @@ func parseLevel(s string) (slog.Level, error) {
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
-func serve(ctx context.Context, cfg server.Config, httpListen string) error {
+func serve(ctx context.Context, cfg server.Config, httpListen, heapProfile string) error {
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
@@ -281,6 +300,9 @@ func serve(ctx context.Context, cfg server.Config, httpListen string) error {
 	cfg.Logger.Info("warren started", append(startedArgs, "data_dir", cfg.DataDir)...)
 
 	<-ctx.Done()
+	if heapProfile != "" {
+		writeProfiles(heapProfile)
+	}
 	stop() // a second signal now kills the process the default way
 	cfg.Logger.Info("shutting down", "timeout", shutdownTimeout)
 

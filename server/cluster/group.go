@@ -233,7 +233,6 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 		if err != nil {
 			return nil, false, err
 		}
-		gt.logs = logs
 		g.gt, g.trans = gt, gt
 	}
 

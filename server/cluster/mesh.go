@@ -40,16 +40,15 @@ const (
 	laneControl byte = 0 // heartbeats, votes, TimeoutNow
 	laneData    byte = 1 // AppendEntries
 
-	hbCoalesce       = 50 * time.Millisecond // heartbeats raised within this window share a frame
-	hbCallTimeout    = leaderLeaseTimeout    // a heartbeat not answered by then failed
-	rpcCallTimeout   = transportTimeout      // any other RPC
-	sweepEvery       = 250 * time.Millisecond
-	parkTimeout      = 3 * time.Second
-	maxParked        = 16384
-	maxBuffered      = 32 << 20 // bytes queued for a connection's writer before senders wait
-	pipelineInFlight = 2        // as hashicorp's NetworkTransport (DefaultMaxRPCsInFlight)
-	redialAfter      = 100 * time.Millisecond
-	snapshotMinRate  = 1 << 20 // bytes per second a snapshot stream must at least achieve
+	hbCoalesce      = 50 * time.Millisecond // heartbeats raised within this window share a frame
+	hbCallTimeout   = leaderLeaseTimeout    // a heartbeat not answered by then failed
+	rpcCallTimeout  = transportTimeout      // any other RPC
+	sweepEvery      = 250 * time.Millisecond
+	parkTimeout     = 3 * time.Second
+	maxParked       = 16384
+	maxBuffered     = 32 << 20 // bytes queued for a connection's writer before senders wait
+	redialAfter     = 100 * time.Millisecond
+	snapshotMinRate = 1 << 20 // bytes per second a snapshot stream must at least achieve
 )
 
 var errConnClosed = errors.New("cluster: mesh connection closed")
@@ -410,11 +409,9 @@ type call struct {
 	hbTerm   uint64                     // heartbeats: the term sent
 	hdr      raft.RPCHeader             // heartbeats: the header sent
 	resp     any                        // the response to fill
-	done     chan error                 // one-off calls and heartbeats: capacity 1
+	done     chan error                 // calls raft waits for: capacity 1
 	onDone   func(error)                // asynchronous calls (commit pushes) instead of done
 	push     bool                       // a commit push (groupTransport.committed)
-	fut      *appendFuture              // pipelined appends
-	pipe     *pipeline
 }
 
 // outConn is one outbound lane connection to a peer.

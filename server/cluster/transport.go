@@ -32,8 +32,6 @@ type groupTransport struct {
 	shutdown  chan struct{}
 	closeOnce sync.Once
 
-	// logs is the group's log (raft's LogStore), read to extend full pipelined appends (extend).
-	logs raft.LogStore
 	// leader, set once raft runs, reports raft's current term and whether this node leads the group.
 	leader atomic.Pointer[func() (term uint64, ok bool)]
 
@@ -42,7 +40,6 @@ type groupTransport struct {
 	inq     []inReq
 	pumping bool
 	links   map[raft.ServerAddress]*peerLink
-	pipes   map[*pipeline]struct{}
 	// Commit push (see committed): the highest applied index to push, and whether a push is due.
 	pushIndex uint64
 	pushTimer *time.Timer
@@ -65,7 +62,6 @@ func (m *mesh) newTransport(gid uint64) (*groupTransport, error) {
 		consumer: make(chan raft.RPC),
 		shutdown: make(chan struct{}),
 		links:    make(map[raft.ServerAddress]*peerLink),
-		pipes:    make(map[*pipeline]struct{}),
 	}
 	if err := m.register(t); err != nil {
 		return nil, err
@@ -113,16 +109,9 @@ func (t *groupTransport) Close() error {
 	}
 	q := t.inq
 	t.inq = nil
-	pipes := make([]*pipeline, 0, len(t.pipes))
-	for p := range t.pipes {
-		pipes = append(pipes, p)
-	}
 	t.mu.Unlock()
 	for _, r := range q {
 		r.fail(raft.ErrTransportShutdown)
-	}
-	for _, p := range pipes {
-		_ = p.Close()
 	}
 	t.wg.Wait()
 	return nil
@@ -176,6 +165,9 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 	resp *raft.AppendEntriesResponse) error {
 	if isHeartbeat(args) {
 		return t.heartbeat(target, args, resp)
+	}
+	if t.link(target).elide(args, resp) {
+		return nil
 	}
 	return t.unary(target, laneData, kindAppend, resp, args, maxAppendReqLen(args),
 		func(b []byte) []byte { return appendAppendReq(b, args) })
@@ -238,11 +230,6 @@ func (t *groupTransport) callDone(c *call, epoch uint64, err error) {
 			r, _ = c.resp.(*raft.AppendEntriesResponse)
 		}
 		c.link.appended(c.req, r, epoch)
-	}
-	if c.fut != nil {
-		c.fut.err = err
-		c.pipe.deliver(c.fut)
-		return
 	}
 	if c.onDone != nil {
 		c.onDone(err)
@@ -604,168 +591,29 @@ func (t *groupTransport) heartbeatAsync(ic *inConn, h raft.RPCHeader, e hbEntry)
 	}()
 }
 
-// AppendEntriesPipeline implements raft.Transport.
-func (t *groupTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
-	if t.isShut() {
-		return nil, raft.ErrTransportShutdown
-	}
-	oc, err := t.m.out(string(target), laneData)
-	if err != nil {
-		return nil, err
-	}
-	p := &pipeline{
-		t:        t,
-		oc:       oc,
-		link:     t.link(target),
-		slots:    make(chan struct{}, pipelineInFlight),
-		consumer: make(chan raft.AppendFuture, pipelineInFlight),
-		stop:     make(chan struct{}),
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, raft.ErrTransportShutdown
-	}
-	t.pipes[p] = struct{}{}
-	t.mu.Unlock()
-	return p, nil
+// AppendEntriesPipeline implements raft.Transport: it declines, so raft replicates with one-off
+// AppendEntries (which loop until the follower has caught up). A pipeline would cost two more
+// goroutines per follower of every group this node leads, for little: the follower handles a group's
+// appends one at a time anyway, and the mesh already overlaps the groups' round trips.
+func (t *groupTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// pipeline is a raft.AppendPipeline bound to one data-lane connection: when it breaks, the pipeline's
-// calls fail and raft falls back to one-off calls (and then opens a new pipeline).
-type pipeline struct {
-	t        *groupTransport
-	oc       *outConn
-	link     *peerLink
-	slots    chan struct{} // a slot per call in flight
-	consumer chan raft.AppendFuture
-	stop     chan struct{}
-	once     sync.Once
-}
-
-var errPipelineBroken = errors.New("cluster: pipeline connection broken")
-
-// AppendEntries implements raft.AppendPipeline. An empty append the follower provably needs not
-// see is elided: its future is never delivered, as if it were lost on the way (see peerLink.elide).
-func (p *pipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	f := &appendFuture{start: time.Now(), req: args, resp: resp}
-	if p.link.elide(args) {
-		return f, nil
-	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-p.stop:
-		return nil, raft.ErrPipelineShutdown
-	case <-p.t.shutdown:
-		return nil, raft.ErrTransportShutdown
-	}
-	p.t.extend(args)
-	p.link.sent(args)
-	c := &call{t: p.t, kind: kindAppend, link: p.link, req: args, resp: resp, fut: f, pipe: p,
-		deadline: time.Now().Add(rpcCallTimeout)}
-	if !p.oc.register(c) {
-		<-p.slots
-		return nil, errPipelineBroken
-	}
-	if !p.oc.w.send(requestFrame(kindAppend, c.id, p.t.gid, maxAppendReqLen(args), func(b []byte) []byte {
-		return appendAppendReq(b, args)
-	})) {
-		if p.oc.unregister(c.id) != nil {
-			<-p.slots
-		}
-		return nil, errPipelineBroken
-	}
-	return f, nil
-}
-
-// Bounds of extend.
-const (
-	extendMaxEntries = 4 * maxAppendEntries
-	extendMaxBytes   = 8 << 20
-)
-
-// extend appends to a full pipelined append the entries the leader's log holds after it.
+// peerLink is what the leader side of one group knows about one follower: what it acknowledged, to
+// answer idle appends, and what was sent, for commit pushes (committed).
 //
-// hashicorp's pipeline sends at most MaxAppendEntries entries per trigger; when more were appended
-// while it waited for a slot, the rest would wait for the next trigger (new entries) or the
-// CommitTimeout tick, which is long here (commit indexes are pushed instead: committed). Extending
-// the request keeps a backlog flowing: raft takes its next index and the follower's match index from
-// the request's entries after AppendEntries returns, so its bookkeeping includes the added entries;
-// consecutive entries of the leader's own log after the request's last one are what raft itself
-// would send next.
-func (t *groupTransport) extend(req *raft.AppendEntriesRequest) {
-	n := len(req.Entries)
-	if n < maxAppendEntries || t.logs == nil {
-		return
-	}
-	hi, err := t.logs.LastIndex()
-	if err != nil {
-		return
-	}
-	next := req.Entries[n-1].Index + 1
-	hi = min(hi, next+extendMaxEntries-1)
-	size := 0
-	for _, l := range req.Entries {
-		size += len(l.Data)
-	}
-	for i := next; i <= hi && size < extendMaxBytes; i++ {
-		l := new(raft.Log)
-		if err := t.logs.GetLog(i, l); err != nil || l.Index != i {
-			return
-		}
-		req.Entries = append(req.Entries, l)
-		size += len(l.Data)
-	}
-}
-
-// deliver hands a completed future to raft's pipeline decoder.
-func (p *pipeline) deliver(f *appendFuture) {
-	<-p.slots
-	select {
-	case p.consumer <- f:
-	case <-p.stop:
-	}
-}
-
-// Consumer implements raft.AppendPipeline.
-func (p *pipeline) Consumer() <-chan raft.AppendFuture { return p.consumer }
-
-// Close implements raft.AppendPipeline.
-func (p *pipeline) Close() error {
-	p.once.Do(func() {
-		close(p.stop)
-		p.t.mu.Lock()
-		delete(p.t.pipes, p)
-		p.t.mu.Unlock()
-	})
-	return nil
-}
-
-// appendFuture is a pipelined append (raft.AppendFuture). It is handed to raft only once complete.
-type appendFuture struct {
-	start time.Time
-	req   *raft.AppendEntriesRequest
-	resp  *raft.AppendEntriesResponse
-	err   error
-}
-
-func (f *appendFuture) Error() error                          { return f.err }
-func (f *appendFuture) Start() time.Time                      { return f.start }
-func (f *appendFuture) Request() *raft.AppendEntriesRequest   { return f.req }
-func (f *appendFuture) Response() *raft.AppendEntriesResponse { return f.resp }
-
-// peerLink is what the leader side of one group knows about one follower, to elide empty appends.
-//
-// hashicorp's replication loop sends an AppendEntries without entries every CommitTimeout (50 ms)
-// so that a follower learns the commit index when writes stop; on an idle cluster these were most
-// of the traffic. One is elided when the follower has acknowledged, in this leader's term and to
-// this transport instance of its group, a real append that left it exactly where this one would
-// (same last index and term, same commit index), and its group's heartbeats have kept succeeding
-// since (recently, in the same term, same instance). Eliding such an append is what raft allows
-// any network to do (lose a message); it carries nothing the follower lacks, and the follower's
-// failure detection rests on the heartbeats, which are never elided. Anything else goes out:
-// entries, a new commit index, a follower that restarted (new epoch) or rejected a heartbeat (a
-// newer term, which the real append then reports so that the leader steps down).
+// hashicorp's replication loop sends an AppendEntries without entries every CommitTimeout so that
+// a follower learns the commit index when writes stop. Such an append is answered here, without
+// being sent, when the follower has acknowledged, in this leader's term and to this transport
+// instance of its group, a real append that left it exactly where this one would (same last index
+// and term, same commit index), and the group's latest heartbeat to it succeeded recently in the same
+// term and instance. The answer is the one the follower would give: success, this term, its last
+// index. Its term is this one (the heartbeat says so), and its log and commit index are what it
+// acknowledged, because in this term only this leader changes them and it sent nothing since; a
+// restart shows as another instance. What the append would have done on the follower besides (note
+// the leader's contact) the heartbeats do, and they are never elided. Anything else goes out:
+// entries, a new commit index, a follower that restarted or rejected a heartbeat (a newer term,
+// which the real append then reports so that the leader steps down).
 type peerLink struct {
 	mu        sync.Mutex
 	ackValid  bool
@@ -773,8 +621,9 @@ type peerLink struct {
 	ackLast   uint64
 	ackLTerm  uint64
 	ackCommit uint64
-	epoch     uint64 // the follower's group transport instance, 0 = unknown
-	hbOK      bool   // the latest heartbeat succeeded, in term hbTerm, answered at hbAt
+	ackHdr    raft.RPCHeader // the follower's header on that acknowledgement
+	epoch     uint64         // the follower's group transport instance, 0 = unknown
+	hbOK      bool           // the latest heartbeat succeeded, in term hbTerm, answered at hbAt
 	hbTerm    uint64
 	hbAt      time.Time
 	// What raft sent in sentTerm: the highest commit index, and the RPC header (for pushes).
@@ -827,16 +676,21 @@ func (l *peerLink) pushed(req *raft.AppendEntriesRequest, resp *raft.AppendEntri
 // hbFresh bounds the age of the heartbeat answer elision relies on (heartbeats go every 150-300 ms).
 const hbFresh = heartbeatTimeout / 2
 
-// elide reports whether the empty append req may be dropped.
-func (l *peerLink) elide(req *raft.AppendEntriesRequest) bool {
+// elide answers the empty append req from what the follower acknowledged, without sending it, when
+// that is what the follower would answer (see peerLink); false: req must be sent.
+func (l *peerLink) elide(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
 	if len(req.Entries) > 0 {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ackValid && l.hbOK && time.Since(l.hbAt) < hbFresh &&
+	if !(l.ackValid && l.hbOK && time.Since(l.hbAt) < hbFresh &&
 		req.Term == l.ackTerm && req.Term == l.hbTerm &&
-		req.PrevLogEntry == l.ackLast && req.PrevLogTerm == l.ackLTerm && req.LeaderCommitIndex == l.ackCommit
+		req.PrevLogEntry == l.ackLast && req.PrevLogTerm == l.ackLTerm && req.LeaderCommitIndex == l.ackCommit) {
+		return false
+	}
+	*resp = raft.AppendEntriesResponse{RPCHeader: l.ackHdr, Term: req.Term, LastLog: l.ackLast, Success: true}
+	return true
 }
 
 // appended records the answer to a real append (resp nil: it failed).
@@ -858,6 +712,7 @@ func (l *peerLink) appended(req *raft.AppendEntriesRequest, resp *raft.AppendEnt
 		l.ackLast, l.ackLTerm = req.Entries[n-1].Index, req.Entries[n-1].Term
 	}
 	l.ackCommit = req.LeaderCommitIndex
+	l.ackHdr = resp.RPCHeader
 }
 
 // heartbeat records the answer to a heartbeat of term (resp nil: it failed).

@@ -46,7 +46,8 @@ type ClusterConfig struct {
 	// failover check is skipped.
 	URIs []string
 	// ProfileDir, if set, makes every started node write a Go CPU profile of its whole run to
-	// ProfileDir/<node id>.prof, and its log to ProfileDir/<node id>.log (kept after the run).
+	// ProfileDir/<node id>.prof, heap and goroutine profiles taken when it is stopped to
+	// <node id>.heap and <node id>.heap.goroutines, and its log to <node id>.log (kept after the run).
 	ProfileDir string
 	Log        io.Writer // progress lines; nil = none
 }
@@ -187,7 +188,8 @@ func startWarrenCluster(ctx context.Context, bin string, n int, profileDir strin
 			"--http-listen", "", "--data-dir", data, "--log-level", "warn",
 			"--node-id", nd.id, "--cluster-listen", nd.clusterAddr, "--cluster-peers", strings.Join(peers, ","))
 		if profileDir != "" {
-			cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(profileDir, nd.id+".prof"))
+			cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(profileDir, nd.id+".prof"),
+				"--heap-profile", filepath.Join(profileDir, nd.id+".heap"))
 		}
 		cmd.Stdout, cmd.Stderr = lf, lf
 		err = cmd.Start()
