@@ -126,7 +126,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					},
 					&cli.StringFlag{
 						Name:  "heap-profile",
-						Usage: "on SIGTERM/SIGINT, before shutting down, write a Go heap profile to `FILE` and a goroutine profile to FILE.goroutines (for go tool pprof)",
+						Usage: "on SIGTERM/SIGINT, before shutting down, write a Go heap profile to `FILE` FILE.txt (with the runtime's memory statistics) and a goroutine profile to FILE.goroutines (for go tool pprof)",
 					},
 					&cli.StringFlag{
 						Name:    "log-level",
@@ -197,16 +197,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 }
 
-// writeProfiles writes the heap profile to path and the goroutine profile to path.goroutines.
+// writeProfiles writes the heap profile to path, the same as text with the runtime's memory
+// statistics to path.txt, and the goroutine profile to path.goroutines.
 func writeProfiles(path string) {
-	for name, file := range map[string]string{"heap": path, "goroutine": path + ".goroutines"} {
-		f, err := os.Create(file)
+	for _, p := range []struct {
+		name, file string
+		debug      int
+	}{{"heap", path, 0}, {"heap", path + ".txt", 1}, {"goroutine", path + ".goroutines", 0}} {
+		f, err := os.Create(p.file)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "--heap-profile: %v\n", err)
 			continue
 		}
-		if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
-			fmt.Fprintf(os.Stderr, "--heap-profile: %s: %v\n", name, err)
+		if err := pprof.Lookup(p.name).WriteTo(f, p.debug); err != nil {
+			fmt.Fprintf(os.Stderr, "--heap-profile: %s: %v\n", p.name, err)
 		}
 		f.Close()
 	}

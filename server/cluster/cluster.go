@@ -53,13 +53,13 @@ const (
 	// heartbeatTimeout/10..heartbeatTimeout/5, and an idle cluster's cost is mostly those heartbeats.
 	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
 	// raft's timeout only catches a group that lost its leader while the leader's node lives.
-	heartbeatTimeout   = 4 * time.Second
-	electionTimeout    = 4 * time.Second
-	leaderLeaseTimeout = 2 * time.Second
+	heartbeatTimeout   = 6 * time.Second
+	electionTimeout    = 6 * time.Second
+	leaderLeaseTimeout = 3 * time.Second
 	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
 	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost
 	// almost nothing.
-	commitTimeout     = 1 * time.Second
+	commitTimeout     = 5 * time.Second
 	maxAppendEntries  = 256
 	snapshotThreshold = 8192
 	trailingLogs      = 4096
