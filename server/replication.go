@@ -100,6 +100,34 @@ type metaFSM struct{ s *Server }
 
 // Apply implements raft.FSM.
 func (f *metaFSM) Apply(l *raft.Log) any {
+	if v := f.apply(l); v != nil {
+		if err := v.syncMeta(); err != nil {
+			f.s.log.Error("cannot store metadata", "err", err)
+		}
+	}
+	return nil
+}
+
+// ApplyBatch implements raft.BatchingFSM: the metadata is stored once per batch of entries (one sync
+// for a burst of declarations instead of one each).
+func (f *metaFSM) ApplyBatch(logs []*raft.Log) []any {
+	var dirty []*vhost
+	for _, l := range logs {
+		if v := f.apply(l); v != nil && !slices.Contains(dirty, v) {
+			dirty = append(dirty, v)
+		}
+	}
+	for _, v := range dirty {
+		if err := v.syncMeta(); err != nil {
+			f.s.log.Error("cannot store metadata", "err", err)
+		}
+	}
+	return make([]any, len(logs))
+}
+
+// apply applies one metadata entry in memory and returns the vhost whose metadata must be stored
+// (nil if nothing changed).
+func (f *metaFSM) apply(l *raft.Log) *vhost {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -119,10 +147,7 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 	}
 	f.s.applyMeta(v, op)
 	v.metaApplied.Store(l.Index)
-	if err := v.syncMeta(); err != nil {
-		f.s.log.Error("cannot store metadata", "err", err)
-	}
-	return nil
+	return v
 }
 
 // applyMeta carries out one metadata change locally. Changes are idempotent: the node that proposed

@@ -283,7 +283,10 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 					Suffrage: raft.Voter, ID: rc.LocalID, Address: raft.ServerAddress(n.selfAddr()),
 				}}
 			}
-			if err := raft.BootstrapCluster(rc, logs, store, snaps, g.trans, conf); err != nil {
+			// The term and the first entry in one batch, durable with the group's next synced write
+			// (raftstore.Bootstrap): starting a group waits for no sync.
+			bs := store.Bootstrap(func(err error) { n.log.Error("raft group bootstrap not stored", "group", cfg.ID, "err", err) })
+			if err := raft.BootstrapCluster(rc, bs, bs, snaps, g.trans, conf); err != nil {
 				return fail(fmt.Errorf("bootstrap: %w", err))
 			}
 			bootstrapped = true

@@ -648,3 +648,57 @@ func TestEncodingIsCompact(t *testing.T) {
 		t.Fatalf("round trip = %+v, %v", got, err)
 	}
 }
+
+// TestBootstrapOneBatch checks that the bootstrap view keeps the stable writes until the first entry is
+// stored, serves them meanwhile, and then has written both.
+func TestBootstrapOneBatch(t *testing.T) {
+	db := openDB(t, "")
+	s := newStore(t, db, 7)
+	b := s.Bootstrap(func(err error) { t.Errorf("bootstrap write: %v", err) })
+	if err := b.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("pending GetUint64 = %d, %v; want 1", v, err)
+	}
+	if _, err := s.GetUint64([]byte("CurrentTerm")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("the term is on the store before the entry: %v", err)
+	}
+	if err := b.StoreLog(entry(1, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := s.LastIndex(); last != 1 {
+		t.Fatalf("LastIndex = %d, want 1", last)
+	}
+	// Queued or written, the store serves both at once.
+	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("after StoreLog: GetUint64 = %d, %v; want 1", v, err)
+	}
+	var got raft.Log
+	if err := s.GetLog(1, &got); err != nil || string(got.Data) != "conf" {
+		t.Fatalf("after StoreLog: GetLog(1) = %+v, %v", got, err)
+	}
+	if err := b.Flush(); err != nil { // waits for the queued batch
+		t.Fatal(err)
+	}
+	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("after StoreLog and Flush: GetUint64 = %d, %v; want 1", v, err)
+	}
+	// A reopened store sees both.
+	s2 := newStore(t, db, 7)
+	var l raft.Log
+	if err := s2.GetLog(1, &l); err != nil || string(l.Data) != "conf" {
+		t.Fatalf("GetLog(1) = %+v, %v", l, err)
+	}
+	// Flush writes what no entry took.
+	b2 := s2.Bootstrap(nil)
+	if err := b2.Set([]byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s2.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("after Flush: Get = %q, %v", v, err)
+	}
+}
