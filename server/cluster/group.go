@@ -98,6 +98,8 @@ type Group struct {
 	dclosed  bool
 	drunning bool // the done runner runs
 
+	forced atomic.Bool // forceFirstElection is under way (hclogAdapter.forced)
+
 	emu       sync.Mutex
 	wasLeader bool        // the leadership last reported to OnLeader
 	kickTimer *time.Timer // a later turn at forcing an election (failover.go)
@@ -202,6 +204,7 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 		stop:     make(chan struct{}),
 	}
 	hl := newHclog(n.log.With("group", cfg.ID), "raft")
+	hl.forced = &g.forced
 
 	store, err := raftstore.New(n.cfg.DB, cfg.ID)
 	if err != nil {
@@ -335,6 +338,7 @@ func (g *Group) forceFirstElection(bootstrapped bool) {
 	if !isVoter || !(voters == 1 || first) {
 		return
 	}
+	g.forced.Store(true)
 	orig := g.raft.ReloadableConfig()
 	fast := orig
 	fast.HeartbeatTimeout = orig.HeartbeatTimeout - time.Millisecond
@@ -810,6 +814,9 @@ func (g *Group) doneLoop() {
 // leadership is told of this node's raft state for the group (by the node's observer): it reports
 // every change to OnLeader, in order, and resubmits queued proposals.
 func (g *Group) leadership(leader bool) {
+	if leader {
+		g.forced.Store(false)
+	}
 	g.emu.Lock()
 	changed := leader != g.wasLeader
 	g.wasLeader = leader

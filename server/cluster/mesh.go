@@ -66,8 +66,20 @@ type mesh struct {
 	outs    map[*outConn]struct{}
 	ins     map[*inConn]struct{}
 
+	stats meshStats
+
 	stop chan struct{}
 	wg   sync.WaitGroup // connection goroutines, the sweeper
+}
+
+// meshStats counts the mesh's traffic (tests read it to check what an idle cluster sends).
+type meshStats struct {
+	appendsSent     atomic.Uint64 // AppendEntries sent (raft's, not heartbeats)
+	appendsElided   atomic.Uint64 // empty appends answered without sending (peerLink)
+	appendsReceived atomic.Uint64 // AppendEntries received (not heartbeats)
+	heartbeats      atomic.Uint64 // heartbeats sent
+	hbFrames        atomic.Uint64 // frames the sent heartbeats took
+	pushes          atomic.Uint64 // commit pushes sent
 }
 
 type laneKey struct {
@@ -545,6 +557,8 @@ func (oc *outConn) flushHeartbeats() {
 		if !oc.w.send(appendHeartbeats(nil, h, entries)) {
 			return // teardown fails them
 		}
+		oc.m.stats.heartbeats.Add(uint64(n))
+		oc.m.stats.hbFrames.Add(1)
 		q = q[n:]
 	}
 }
@@ -772,6 +786,7 @@ func (ic *inConn) request(body []byte) error {
 	switch kind {
 	case kindAppend:
 		cmd, err = decodeAppendReq(&d)
+		ic.m.stats.appendsReceived.Add(1)
 	case kindVote:
 		cmd, err = decodeVoteReq(&d)
 	case kindPreVote:

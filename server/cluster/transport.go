@@ -167,8 +167,10 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 		return t.heartbeat(target, args, resp)
 	}
 	if t.link(target).elide(args, resp) {
+		t.m.stats.appendsElided.Add(1)
 		return nil
 	}
+	t.m.stats.appendsSent.Add(1)
 	return t.unary(target, laneData, kindAppend, resp, args, maxAppendReqLen(args),
 		func(b []byte) []byte { return appendAppendReq(b, args) })
 }
@@ -325,6 +327,7 @@ func (t *groupTransport) pushCommits() {
 		if !oc.register(cl) {
 			continue
 		}
+		t.m.stats.pushes.Add(1)
 		if !oc.w.send(requestFrame(kindAppend, cl.id, t.gid, maxAppendReqLen(req), func(b []byte) []byte {
 			return appendAppendReq(b, req)
 		})) {

@@ -142,6 +142,9 @@ func (d *decoder) bytes() []byte {
 		d.err = errShortFrame
 		return nil
 	}
+	if l == 0 {
+		return nil // as encoded from nil or empty alike
+	}
 	v := d.b[:l:l]
 	d.b = d.b[l:]
 	return v
