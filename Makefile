@@ -6,6 +6,9 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 60s
 FUZZ_TARGETS := FuzzReadFrame FuzzDecodeMethod FuzzDecodeTable FuzzDecodeProperties
+# package:target pairs outside ./amqp/ (the stream protocol codec, osiris chunks, AMQP 1.0 messages)
+FUZZ_PKG_TARGETS := ./server/streamproto/wire:FuzzDecode ./server/streamproto/wire:FuzzReader \
+	./stream/osiris:FuzzParse ./amqp/amqp10:FuzzDecode
 # Packages tested by `make unit`: everything except the black-box conformance tests, which
 # `make conformance` runs against the built binary.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/conformance$$')
@@ -18,9 +21,9 @@ help:
 	@echo "make test         gofmt check, go vet, unit tests with -race, then make conformance"
 	@echo "make conformance  black-box tests against $(BIN): ours, amqp091-go's, the client suites, Celery"
 	@echo "                 REF=amqp://guest:guest@127.0.0.1:5682/ also runs them against RabbitMQ and diffs"
-	@echo "make fuzz         run each amqp fuzz target for FUZZTIME (default 60s)"
+	@echo "make fuzz         run each fuzz target (amqp, stream protocol, osiris, amqp10) for FUZZTIME (default 60s)"
 	@echo "make gen          regenerate amqp/zz_spec091.go from the XML spec"
-	@echo "make bench        S1-S9 against bin/warren and the reference RabbitMQ; writes docs/benchmarks.md"
+	@echo "make bench        S1-S10 against bin/warren and the reference RabbitMQ; writes docs/benchmarks.md"
 	@echo "make clean        remove bin/"
 
 build:
@@ -69,12 +72,20 @@ fuzz:
 		echo "== $$t for $(FUZZTIME)"; \
 		$(GO) test ./amqp/ -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
 	done
+	@for pt in $(FUZZ_PKG_TARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "== $$p $$t for $(FUZZTIME)"; \
+		$(GO) test $$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 gen:
 	$(GO) generate ./amqp/
 
-# S1-S9 against bin/warren (the bench starts it on a free port, fresh data dir per run) and, when
+# S1-S10 against bin/warren (the bench starts it on a free port, fresh data dir per run) and, when
 # reachable, the reference RabbitMQ (../shared/tools/rabbitmq.sh start); writes docs/benchmarks.md.
+# S10 (object counts: 10,000 durable queues declared and bound, restart, memory, and a
+# 100,000-queue run of Warren alone) prints issue 12's targets with PASS/FAIL; only S10, e.g.:
+#   make bench BENCH_FLAGS='--scenarios S10'   (--declare-queues, --declare-large-queues, --declare-timeout)
 BENCH_REF   ?= amqp://guest:guest@127.0.0.1:5682/
 BENCH_FLAGS ?=
 bench: build

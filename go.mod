@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/dlclark/regexp2 v1.12.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.8.0
 	github.com/rabbitmq/amqp091-go v1.16.0

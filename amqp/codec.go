@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,9 +15,10 @@ type decoder struct {
 	err error
 }
 
+// fail records that a field runs past the end of the data.
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%s truncated at offset %d: %w", what, d.off, ErrMalformed)
+		d.err = fmt.Errorf("%s truncated at offset %d: %w", what, d.off, errFraming)
 	}
 }
 
@@ -95,6 +97,17 @@ func (d *decoder) table() Table {
 	if d.err != nil {
 		return nil
 	}
+	// A table longer than what is left is a framing error, as a truncated field is; malformed
+	// data inside a table of the right length is not.
+	rest := len(d.b) - d.off
+	if rest < 4 {
+		d.fail("table length")
+		return nil
+	}
+	if n := binary.BigEndian.Uint32(d.b[d.off:]); uint64(n) > uint64(rest-4) {
+		d.err = fmt.Errorf("table at offset %d of %d bytes exceeds the %d left: %w", d.off, n, rest-4, errFraming)
+		return nil
+	}
 	t, n, err := DecodeTable(d.b[d.off:])
 	if err != nil {
 		d.err = fmt.Errorf("table at offset %d: %w", d.off, err)
@@ -104,12 +117,21 @@ func (d *decoder) table() Table {
 	return t
 }
 
-// finish returns the first error, wrapped with the method name.
-func (d *decoder) finish(name string) error {
-	if d.err != nil {
-		return fmt.Errorf("amqp: decoding %s arguments: %w", name, d.err)
+// finish ends the decoding of a method's arguments: it returns the first error, wrapped with the
+// method name, and refuses bytes left over after the last field. Framing errors (a field past the
+// end, bytes left over) are a *FramingError.
+func (d *decoder) finish(classID, methodID uint16, name string) error {
+	if d.err == nil && d.off != len(d.b) {
+		d.err = fmt.Errorf("%d bytes left over at offset %d: %w", len(d.b)-d.off, d.off, errFraming)
 	}
-	return nil
+	if d.err == nil {
+		return nil
+	}
+	err := fmt.Errorf("amqp: decoding %s arguments: %w", name, d.err)
+	if errors.Is(d.err, errFraming) {
+		return newFramingError(classID, methodID, d.b, err)
+	}
+	return err
 }
 
 func appendShort(b []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(b, v) }

@@ -26,56 +26,65 @@ type PublishArgs struct {
 }
 
 // ParseBasicPublish decodes basic.publish arguments (the bytes after the
-// class and method ids) without allocating. Errors wrap ErrMalformed.
+// class and method ids) without allocating. Arguments that do not fill their
+// frame exactly are a *FramingError.
 func ParseBasicPublish(args []byte) (PublishArgs, error) {
 	var a PublishArgs
 	off := 2 // reserved-1 (ticket)
 	if len(args) < off+1 {
-		return a, fmt.Errorf("amqp: decoding basic.publish arguments: %w", ErrMalformed)
+		return a, publishFramingError(args, "arguments")
 	}
 	n := int(args[off])
 	off++
 	if len(args) < off+n+1 {
-		return a, fmt.Errorf("amqp: decoding basic.publish exchange: %w", ErrMalformed)
+		return a, publishFramingError(args, "exchange")
 	}
 	a.Exchange = args[off : off+n : off+n]
 	off += n
 	n = int(args[off])
 	off++
 	if len(args) < off+n+1 {
-		return a, fmt.Errorf("amqp: decoding basic.publish routing key: %w", ErrMalformed)
+		return a, publishFramingError(args, "routing key")
 	}
 	a.RoutingKey = args[off : off+n : off+n]
 	off += n
+	if len(args) != off+1 {
+		return a, publishFramingError(args, "arguments")
+	}
 	bits := args[off]
 	a.Mandatory = bits&1 != 0
 	a.Immediate = bits&2 != 0
 	return a, nil
 }
 
+func publishFramingError(args []byte, what string) error {
+	return newFramingError(ClassBasic, 40, args, fmt.Errorf("amqp: decoding basic.publish %s: %w", what, errFraming))
+}
+
 // parseTagBits decodes a delivery tag followed by a bits octet.
-func parseTagBits(args []byte, name string) (uint64, uint8, error) {
-	if len(args) < 9 {
-		return 0, 0, fmt.Errorf("amqp: decoding %s arguments: %d bytes, want 9: %w", name, len(args), ErrMalformed)
+func parseTagBits(args []byte, name string, methodID uint16) (uint64, uint8, error) {
+	if len(args) != 9 {
+		return 0, 0, newFramingError(ClassBasic, methodID, args,
+			fmt.Errorf("amqp: decoding %s arguments: %d bytes, want 9: %w", name, len(args), errFraming))
 	}
 	return binary.BigEndian.Uint64(args), args[8], nil
 }
 
 // ParseBasicAck decodes basic.ack arguments without allocating.
 func ParseBasicAck(args []byte) (tag uint64, multiple bool, err error) {
-	tag, bits, err := parseTagBits(args, "basic.ack")
+	tag, bits, err := parseTagBits(args, "basic.ack", methodBasicAck)
 	return tag, bits&1 != 0, err
 }
 
 // ParseBasicNack decodes basic.nack arguments without allocating.
 func ParseBasicNack(args []byte) (tag uint64, multiple, requeue bool, err error) {
-	tag, bits, err := parseTagBits(args, "basic.nack")
+	tag, bits, err := parseTagBits(args, "basic.nack", methodBasicNack)
 	return tag, bits&1 != 0, bits&2 != 0, err
 }
 
 // ParseBasicReject decodes basic.reject arguments without allocating.
 func ParseBasicReject(args []byte) (tag uint64, requeue bool, err error) {
-	tag, bits, err := parseTagBits(args, "basic.reject")
+	tag, bits, err := parseTagBits(args, "basic.reject", methodBasicReject)
 	return tag, bits&1 != 0, err
 }
 

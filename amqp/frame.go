@@ -80,7 +80,8 @@ func (fr *FrameReader) Buffered() int { return fr.end - fr.start }
 // Protocol violations are *Error with code FrameError: a declared payload
 // larger than frame-max - 8 (with RabbitMQ's 8-byte tolerance; checked
 // before the payload is read or buffer space is allocated), an unknown frame
-// type, or a bad frame-end octet.
+// type, a bad frame-end octet, or a method (content header) frame shorter
+// than 4 (12) bytes.
 func (fr *FrameReader) ReadFrame() (Frame, error) {
 	if err := fr.fill(frameHeaderSize); err != nil {
 		return Frame{}, err
@@ -117,6 +118,11 @@ func (fr *FrameReader) ReadFrame() (Frame, error) {
 	}
 	if marker := fr.buf[fr.start+total-1]; marker != FrameEnd {
 		return Frame{}, Errorf(FrameError, "type %d, %s: {invalid_frame_end_marker,%d}", typ, octetsForError(f.Payload), marker)
+	}
+	// As RabbitMQ's frame analysis: a method frame too short for its class and method ids, or a
+	// content header too short for class, weight and body size, is not a frame at all.
+	if (typ == FrameMethod && size < 4) || (typ == FrameHeader && size < 12) {
+		return Frame{}, Errorf(FrameError, "type %d, %s: unknown_frame", typ, octetsForError(f.Payload))
 	}
 	fr.start += total
 	if fr.start == fr.end {
@@ -203,13 +209,16 @@ func (fr *FrameReader) fill(n int) error {
 // octetsForError renders a payload the way RabbitMQ's frame errors do:
 // "all octets = <<1,2>>" or "first 16 octets = <<...>>".
 func octetsForError(p []byte) string {
-	var b strings.Builder
 	if len(p) > 16 {
-		p = p[:16]
-		b.WriteString("first 16 octets = <<")
-	} else {
-		b.WriteString("all octets = <<")
+		return "first 16 octets = " + erlangBinary(p[:16])
 	}
+	return "all octets = " + erlangBinary(p)
+}
+
+// erlangBinary renders bytes as Erlang's ~w prints a binary: <<0,20,0,10>>.
+func erlangBinary(p []byte) string {
+	var b strings.Builder
+	b.WriteString("<<")
 	for i, c := range p {
 		if i > 0 {
 			b.WriteByte(',')
@@ -218,6 +227,13 @@ func octetsForError(p []byte) string {
 	}
 	b.WriteString(">>")
 	return b.String()
+}
+
+// UnexpectedFrameError is the connection.close RabbitMQ sends for a frame that is well formed but not
+// allowed where it arrived (one on a channel other than 0 before connection.open, a heartbeat on
+// a channel): 505 "type 1, all octets = <<...>>".
+func UnexpectedFrameError(f Frame) *Error {
+	return Errorf(UnexpectedFrame, "type %d, %s", f.Type, octetsForError(f.Payload))
 }
 
 // appendFrameHeader appends type, channel and payload size.

@@ -27,7 +27,8 @@ type Method interface {
 
 // DecodeMethod decodes a whole method frame payload (class id, method id,
 // arguments). An unknown class/method pair yields *UnknownMethodError;
-// truncated or invalid data an error wrapping ErrMalformed.
+// truncated or invalid data an error wrapping ErrMalformed, a *FramingError
+// when the arguments do not fill the payload exactly.
 func DecodeMethod(payload []byte) (Method, error) {
 	if len(payload) < 4 {
 		return nil, fmt.Errorf("amqp: method payload of %d bytes is shorter than 4: %w", len(payload), ErrMalformed)

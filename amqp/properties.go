@@ -98,8 +98,8 @@ func DecodeProperties(raw []byte) (Properties, error) {
 	if flags&FlagClusterID != 0 {
 		p.ClusterID = d.shortstr()
 	}
-	if err := d.finish("properties"); err != nil {
-		return Properties{}, err
+	if d.err != nil {
+		return Properties{}, fmt.Errorf("amqp: decoding properties: %w", d.err)
 	}
 	return p, nil
 }

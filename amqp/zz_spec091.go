@@ -159,7 +159,8 @@ func (*ConnectionStart) HasContent() bool { return false }
 func (*ConnectionStart) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionStart) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.VersionMajor = d.octet()
@@ -167,7 +168,7 @@ func (m *ConnectionStart) Decode(args []byte) error {
 	m.ServerProperties = d.table()
 	m.Mechanisms = d.longstr()
 	m.Locales = d.longstr()
-	return d.finish("connection.start")
+	return d.finish(10, 10, "connection.start")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -204,14 +205,15 @@ func (*ConnectionStartOk) HasContent() bool { return false }
 func (*ConnectionStartOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionStartOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ClientProperties = d.table()
 	m.Mechanism = d.shortstr()
 	m.Response = d.longstr()
 	m.Locale = d.shortstr()
-	return d.finish("connection.start-ok")
+	return d.finish(10, 11, "connection.start-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -244,11 +246,12 @@ func (*ConnectionSecure) HasContent() bool { return false }
 func (*ConnectionSecure) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionSecure) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Challenge = d.longstr()
-	return d.finish("connection.secure")
+	return d.finish(10, 20, "connection.secure")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -278,11 +281,12 @@ func (*ConnectionSecureOk) HasContent() bool { return false }
 func (*ConnectionSecureOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionSecureOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Response = d.longstr()
-	return d.finish("connection.secure-ok")
+	return d.finish(10, 21, "connection.secure-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -314,13 +318,14 @@ func (*ConnectionTune) HasContent() bool { return false }
 func (*ConnectionTune) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionTune) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ChannelMax = d.short()
 	m.FrameMax = d.long()
 	m.Heartbeat = d.short()
-	return d.finish("connection.tune")
+	return d.finish(10, 30, "connection.tune")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -354,13 +359,14 @@ func (*ConnectionTuneOk) HasContent() bool { return false }
 func (*ConnectionTuneOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionTuneOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ChannelMax = d.short()
 	m.FrameMax = d.long()
 	m.Heartbeat = d.short()
-	return d.finish("connection.tune-ok")
+	return d.finish(10, 31, "connection.tune-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -394,14 +400,15 @@ func (*ConnectionOpen) HasContent() bool { return false }
 func (*ConnectionOpen) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionOpen) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.VirtualHost = d.shortstr()
 	m.Reserved1 = d.shortstr()
 	bits2 := d.octet()
 	m.Reserved2 = bits2&(1<<0) != 0
-	return d.finish("connection.open")
+	return d.finish(10, 40, "connection.open")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -437,11 +444,12 @@ func (*ConnectionOpenOk) HasContent() bool { return false }
 func (*ConnectionOpenOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionOpenOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.shortstr()
-	return d.finish("connection.open-ok")
+	return d.finish(10, 41, "connection.open-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -474,14 +482,15 @@ func (*ConnectionClose) HasContent() bool { return false }
 func (*ConnectionClose) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionClose) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ReplyCode = d.short()
 	m.ReplyText = d.shortstr()
 	m.FailingClassID = d.short()
 	m.FailingMethodID = d.short()
-	return d.finish("connection.close")
+	return d.finish(10, 50, "connection.close")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -512,8 +521,12 @@ func (*ConnectionCloseOk) HasContent() bool { return false }
 func (*ConnectionCloseOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ConnectionCloseOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ConnectionCloseOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(10, 51, "connection.close-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ConnectionCloseOk) AppendArgs(b []byte) []byte { return b }
@@ -539,11 +552,12 @@ func (*ConnectionBlocked) HasContent() bool { return false }
 func (*ConnectionBlocked) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionBlocked) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reason = d.shortstr()
-	return d.finish("connection.blocked")
+	return d.finish(10, 60, "connection.blocked")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -571,8 +585,12 @@ func (*ConnectionUnblocked) HasContent() bool { return false }
 func (*ConnectionUnblocked) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ConnectionUnblocked) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ConnectionUnblocked) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(10, 61, "connection.unblocked")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ConnectionUnblocked) AppendArgs(b []byte) []byte { return b }
@@ -599,12 +617,13 @@ func (*ConnectionUpdateSecret) HasContent() bool { return false }
 func (*ConnectionUpdateSecret) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConnectionUpdateSecret) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.NewSecret = d.longstr()
 	m.Reason = d.shortstr()
-	return d.finish("connection.update-secret")
+	return d.finish(10, 70, "connection.update-secret")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -633,8 +652,12 @@ func (*ConnectionUpdateSecretOk) HasContent() bool { return false }
 func (*ConnectionUpdateSecretOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ConnectionUpdateSecretOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ConnectionUpdateSecretOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(10, 71, "connection.update-secret-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ConnectionUpdateSecretOk) AppendArgs(b []byte) []byte { return b }
@@ -660,11 +683,12 @@ func (*ChannelOpen) HasContent() bool { return false }
 func (*ChannelOpen) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ChannelOpen) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.shortstr()
-	return d.finish("channel.open")
+	return d.finish(20, 10, "channel.open")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -694,11 +718,12 @@ func (*ChannelOpenOk) HasContent() bool { return false }
 func (*ChannelOpenOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ChannelOpenOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.longstr()
-	return d.finish("channel.open-ok")
+	return d.finish(20, 11, "channel.open-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -728,12 +753,13 @@ func (*ChannelFlow) HasContent() bool { return false }
 func (*ChannelFlow) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ChannelFlow) Decode(args []byte) error {
 	d := decoder{b: args}
 	bits0 := d.octet()
 	m.Active = bits0&(1<<0) != 0
-	return d.finish("channel.flow")
+	return d.finish(20, 20, "channel.flow")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -767,12 +793,13 @@ func (*ChannelFlowOk) HasContent() bool { return false }
 func (*ChannelFlowOk) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ChannelFlowOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	bits0 := d.octet()
 	m.Active = bits0&(1<<0) != 0
-	return d.finish("channel.flow-ok")
+	return d.finish(20, 21, "channel.flow-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -809,14 +836,15 @@ func (*ChannelClose) HasContent() bool { return false }
 func (*ChannelClose) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ChannelClose) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ReplyCode = d.short()
 	m.ReplyText = d.shortstr()
 	m.FailingClassID = d.short()
 	m.FailingMethodID = d.short()
-	return d.finish("channel.close")
+	return d.finish(20, 40, "channel.close")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -847,8 +875,12 @@ func (*ChannelCloseOk) HasContent() bool { return false }
 func (*ChannelCloseOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ChannelCloseOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ChannelCloseOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(20, 41, "channel.close-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ChannelCloseOk) AppendArgs(b []byte) []byte { return b }
@@ -882,7 +914,8 @@ func (*ExchangeDeclare) HasContent() bool { return false }
 func (*ExchangeDeclare) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ExchangeDeclare) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -895,7 +928,7 @@ func (m *ExchangeDeclare) Decode(args []byte) error {
 	m.Internal = bits3&(1<<3) != 0
 	m.NoWait = bits3&(1<<4) != 0
 	m.Arguments = d.table()
-	return d.finish("exchange.declare")
+	return d.finish(40, 10, "exchange.declare")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -943,8 +976,12 @@ func (*ExchangeDeclareOk) HasContent() bool { return false }
 func (*ExchangeDeclareOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ExchangeDeclareOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ExchangeDeclareOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(40, 11, "exchange.declare-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ExchangeDeclareOk) AppendArgs(b []byte) []byte { return b }
@@ -973,7 +1010,8 @@ func (*ExchangeDelete) HasContent() bool { return false }
 func (*ExchangeDelete) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ExchangeDelete) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -981,7 +1019,7 @@ func (m *ExchangeDelete) Decode(args []byte) error {
 	bits2 := d.octet()
 	m.IfUnused = bits2&(1<<0) != 0
 	m.NoWait = bits2&(1<<1) != 0
-	return d.finish("exchange.delete")
+	return d.finish(40, 20, "exchange.delete")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1018,8 +1056,12 @@ func (*ExchangeDeleteOk) HasContent() bool { return false }
 func (*ExchangeDeleteOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ExchangeDeleteOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ExchangeDeleteOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(40, 21, "exchange.delete-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ExchangeDeleteOk) AppendArgs(b []byte) []byte { return b }
@@ -1050,7 +1092,8 @@ func (*ExchangeBind) HasContent() bool { return false }
 func (*ExchangeBind) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ExchangeBind) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1060,7 +1103,7 @@ func (m *ExchangeBind) Decode(args []byte) error {
 	bits4 := d.octet()
 	m.NoWait = bits4&(1<<0) != 0
 	m.Arguments = d.table()
-	return d.finish("exchange.bind")
+	return d.finish(40, 30, "exchange.bind")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1097,8 +1140,12 @@ func (*ExchangeBindOk) HasContent() bool { return false }
 func (*ExchangeBindOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ExchangeBindOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ExchangeBindOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(40, 31, "exchange.bind-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ExchangeBindOk) AppendArgs(b []byte) []byte { return b }
@@ -1129,7 +1176,8 @@ func (*ExchangeUnbind) HasContent() bool { return false }
 func (*ExchangeUnbind) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ExchangeUnbind) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1139,7 +1187,7 @@ func (m *ExchangeUnbind) Decode(args []byte) error {
 	bits4 := d.octet()
 	m.NoWait = bits4&(1<<0) != 0
 	m.Arguments = d.table()
-	return d.finish("exchange.unbind")
+	return d.finish(40, 40, "exchange.unbind")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1176,8 +1224,12 @@ func (*ExchangeUnbindOk) HasContent() bool { return false }
 func (*ExchangeUnbindOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ExchangeUnbindOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ExchangeUnbindOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(40, 51, "exchange.unbind-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ExchangeUnbindOk) AppendArgs(b []byte) []byte { return b }
@@ -1210,7 +1262,8 @@ func (*QueueDeclare) HasContent() bool { return false }
 func (*QueueDeclare) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueDeclare) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1222,7 +1275,7 @@ func (m *QueueDeclare) Decode(args []byte) error {
 	m.AutoDelete = bits2&(1<<3) != 0
 	m.NoWait = bits2&(1<<4) != 0
 	m.Arguments = d.table()
-	return d.finish("queue.declare")
+	return d.finish(50, 10, "queue.declare")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1273,13 +1326,14 @@ func (*QueueDeclareOk) HasContent() bool { return false }
 func (*QueueDeclareOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueDeclareOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Queue = d.shortstr()
 	m.MessageCount = d.long()
 	m.ConsumerCount = d.long()
-	return d.finish("queue.declare-ok")
+	return d.finish(50, 11, "queue.declare-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1316,7 +1370,8 @@ func (*QueueBind) HasContent() bool { return false }
 func (*QueueBind) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueBind) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1326,7 +1381,7 @@ func (m *QueueBind) Decode(args []byte) error {
 	bits4 := d.octet()
 	m.NoWait = bits4&(1<<0) != 0
 	m.Arguments = d.table()
-	return d.finish("queue.bind")
+	return d.finish(50, 20, "queue.bind")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1363,8 +1418,12 @@ func (*QueueBindOk) HasContent() bool { return false }
 func (*QueueBindOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*QueueBindOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*QueueBindOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(50, 21, "queue.bind-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*QueueBindOk) AppendArgs(b []byte) []byte { return b }
@@ -1392,14 +1451,15 @@ func (*QueuePurge) HasContent() bool { return false }
 func (*QueuePurge) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueuePurge) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
 	m.Queue = d.shortstr()
 	bits2 := d.octet()
 	m.NoWait = bits2&(1<<0) != 0
-	return d.finish("queue.purge")
+	return d.finish(50, 30, "queue.purge")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1435,11 +1495,12 @@ func (*QueuePurgeOk) HasContent() bool { return false }
 func (*QueuePurgeOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueuePurgeOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.MessageCount = d.long()
-	return d.finish("queue.purge-ok")
+	return d.finish(50, 31, "queue.purge-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1473,7 +1534,8 @@ func (*QueueDelete) HasContent() bool { return false }
 func (*QueueDelete) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueDelete) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1482,7 +1544,7 @@ func (m *QueueDelete) Decode(args []byte) error {
 	m.IfUnused = bits2&(1<<0) != 0
 	m.IfEmpty = bits2&(1<<1) != 0
 	m.NoWait = bits2&(1<<2) != 0
-	return d.finish("queue.delete")
+	return d.finish(50, 40, "queue.delete")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1524,11 +1586,12 @@ func (*QueueDeleteOk) HasContent() bool { return false }
 func (*QueueDeleteOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueDeleteOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.MessageCount = d.long()
-	return d.finish("queue.delete-ok")
+	return d.finish(50, 41, "queue.delete-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1562,7 +1625,8 @@ func (*QueueUnbind) HasContent() bool { return false }
 func (*QueueUnbind) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *QueueUnbind) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1570,7 +1634,7 @@ func (m *QueueUnbind) Decode(args []byte) error {
 	m.Exchange = d.shortstr()
 	m.RoutingKey = d.shortstr()
 	m.Arguments = d.table()
-	return d.finish("queue.unbind")
+	return d.finish(50, 50, "queue.unbind")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1602,8 +1666,12 @@ func (*QueueUnbindOk) HasContent() bool { return false }
 func (*QueueUnbindOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*QueueUnbindOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*QueueUnbindOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(50, 51, "queue.unbind-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*QueueUnbindOk) AppendArgs(b []byte) []byte { return b }
@@ -1631,14 +1699,15 @@ func (*BasicQos) HasContent() bool { return false }
 func (*BasicQos) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicQos) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.PrefetchSize = d.long()
 	m.PrefetchCount = d.short()
 	bits2 := d.octet()
 	m.Global = bits2&(1<<0) != 0
-	return d.finish("basic.qos")
+	return d.finish(60, 10, "basic.qos")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1672,8 +1741,12 @@ func (*BasicQosOk) HasContent() bool { return false }
 func (*BasicQosOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*BasicQosOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*BasicQosOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(60, 11, "basic.qos-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*BasicQosOk) AppendArgs(b []byte) []byte { return b }
@@ -1706,7 +1779,8 @@ func (*BasicConsume) HasContent() bool { return false }
 func (*BasicConsume) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicConsume) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1718,7 +1792,7 @@ func (m *BasicConsume) Decode(args []byte) error {
 	m.Exclusive = bits3&(1<<2) != 0
 	m.NoWait = bits3&(1<<3) != 0
 	m.Arguments = d.table()
-	return d.finish("basic.consume")
+	return d.finish(60, 20, "basic.consume")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1765,11 +1839,12 @@ func (*BasicConsumeOk) HasContent() bool { return false }
 func (*BasicConsumeOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicConsumeOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ConsumerTag = d.shortstr()
-	return d.finish("basic.consume-ok")
+	return d.finish(60, 21, "basic.consume-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1800,13 +1875,14 @@ func (*BasicCancel) HasContent() bool { return false }
 func (*BasicCancel) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicCancel) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ConsumerTag = d.shortstr()
 	bits1 := d.octet()
 	m.NoWait = bits1&(1<<0) != 0
-	return d.finish("basic.cancel")
+	return d.finish(60, 30, "basic.cancel")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1841,11 +1917,12 @@ func (*BasicCancelOk) HasContent() bool { return false }
 func (*BasicCancelOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicCancelOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ConsumerTag = d.shortstr()
-	return d.finish("basic.cancel-ok")
+	return d.finish(60, 31, "basic.cancel-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1879,7 +1956,8 @@ func (*BasicPublish) HasContent() bool { return true }
 func (*BasicPublish) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicPublish) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
@@ -1888,7 +1966,7 @@ func (m *BasicPublish) Decode(args []byte) error {
 	bits3 := d.octet()
 	m.Mandatory = bits3&(1<<0) != 0
 	m.Immediate = bits3&(1<<1) != 0
-	return d.finish("basic.publish")
+	return d.finish(60, 40, "basic.publish")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1931,14 +2009,15 @@ func (*BasicReturn) HasContent() bool { return true }
 func (*BasicReturn) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicReturn) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ReplyCode = d.short()
 	m.ReplyText = d.shortstr()
 	m.Exchange = d.shortstr()
 	m.RoutingKey = d.shortstr()
-	return d.finish("basic.return")
+	return d.finish(60, 50, "basic.return")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -1975,7 +2054,8 @@ func (*BasicDeliver) HasContent() bool { return true }
 func (*BasicDeliver) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicDeliver) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.ConsumerTag = d.shortstr()
@@ -1984,7 +2064,7 @@ func (m *BasicDeliver) Decode(args []byte) error {
 	m.Redelivered = bits2&(1<<0) != 0
 	m.Exchange = d.shortstr()
 	m.RoutingKey = d.shortstr()
-	return d.finish("basic.deliver")
+	return d.finish(60, 60, "basic.deliver")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2024,14 +2104,15 @@ func (*BasicGet) HasContent() bool { return false }
 func (*BasicGet) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicGet) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.short()
 	m.Queue = d.shortstr()
 	bits2 := d.octet()
 	m.NoAck = bits2&(1<<0) != 0
-	return d.finish("basic.get")
+	return d.finish(60, 70, "basic.get")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2071,7 +2152,8 @@ func (*BasicGetOk) HasContent() bool { return true }
 func (*BasicGetOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicGetOk) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.DeliveryTag = d.longlong()
@@ -2080,7 +2162,7 @@ func (m *BasicGetOk) Decode(args []byte) error {
 	m.Exchange = d.shortstr()
 	m.RoutingKey = d.shortstr()
 	m.MessageCount = d.long()
-	return d.finish("basic.get-ok")
+	return d.finish(60, 71, "basic.get-ok")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2118,11 +2200,12 @@ func (*BasicGetEmpty) HasContent() bool { return false }
 func (*BasicGetEmpty) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicGetEmpty) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.Reserved1 = d.shortstr()
-	return d.finish("basic.get-empty")
+	return d.finish(60, 72, "basic.get-empty")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2153,13 +2236,14 @@ func (*BasicAck) HasContent() bool { return false }
 func (*BasicAck) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicAck) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.DeliveryTag = d.longlong()
 	bits1 := d.octet()
 	m.Multiple = bits1&(1<<0) != 0
-	return d.finish("basic.ack")
+	return d.finish(60, 80, "basic.ack")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2195,13 +2279,14 @@ func (*BasicReject) HasContent() bool { return false }
 func (*BasicReject) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicReject) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.DeliveryTag = d.longlong()
 	bits1 := d.octet()
 	m.Requeue = bits1&(1<<0) != 0
-	return d.finish("basic.reject")
+	return d.finish(60, 90, "basic.reject")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2236,12 +2321,13 @@ func (*BasicRecoverAsync) HasContent() bool { return false }
 func (*BasicRecoverAsync) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicRecoverAsync) Decode(args []byte) error {
 	d := decoder{b: args}
 	bits0 := d.octet()
 	m.Requeue = bits0&(1<<0) != 0
-	return d.finish("basic.recover-async")
+	return d.finish(60, 100, "basic.recover-async")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2275,12 +2361,13 @@ func (*BasicRecover) HasContent() bool { return false }
 func (*BasicRecover) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicRecover) Decode(args []byte) error {
 	d := decoder{b: args}
 	bits0 := d.octet()
 	m.Requeue = bits0&(1<<0) != 0
-	return d.finish("basic.recover")
+	return d.finish(60, 110, "basic.recover")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2312,8 +2399,12 @@ func (*BasicRecoverOk) HasContent() bool { return false }
 func (*BasicRecoverOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*BasicRecoverOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*BasicRecoverOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(60, 111, "basic.recover-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*BasicRecoverOk) AppendArgs(b []byte) []byte { return b }
@@ -2341,14 +2432,15 @@ func (*BasicNack) HasContent() bool { return false }
 func (*BasicNack) Synchronous() bool { return false }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *BasicNack) Decode(args []byte) error {
 	d := decoder{b: args}
 	m.DeliveryTag = d.longlong()
 	bits1 := d.octet()
 	m.Multiple = bits1&(1<<0) != 0
 	m.Requeue = bits1&(1<<1) != 0
-	return d.finish("basic.nack")
+	return d.finish(60, 120, "basic.nack")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2386,12 +2478,13 @@ func (*ConfirmSelect) HasContent() bool { return false }
 func (*ConfirmSelect) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
 func (m *ConfirmSelect) Decode(args []byte) error {
 	d := decoder{b: args}
 	bits0 := d.octet()
 	m.NoWait = bits0&(1<<0) != 0
-	return d.finish("confirm.select")
+	return d.finish(85, 10, "confirm.select")
 }
 
 // AppendArgs appends the encoded method arguments to b.
@@ -2423,8 +2516,12 @@ func (*ConfirmSelectOk) HasContent() bool { return false }
 func (*ConfirmSelectOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*ConfirmSelectOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*ConfirmSelectOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(85, 11, "confirm.select-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*ConfirmSelectOk) AppendArgs(b []byte) []byte { return b }
@@ -2448,8 +2545,12 @@ func (*TxSelect) HasContent() bool { return false }
 func (*TxSelect) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxSelect) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxSelect) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 10, "tx.select")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxSelect) AppendArgs(b []byte) []byte { return b }
@@ -2473,8 +2574,12 @@ func (*TxSelectOk) HasContent() bool { return false }
 func (*TxSelectOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxSelectOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxSelectOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 11, "tx.select-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxSelectOk) AppendArgs(b []byte) []byte { return b }
@@ -2498,8 +2603,12 @@ func (*TxCommit) HasContent() bool { return false }
 func (*TxCommit) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxCommit) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxCommit) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 20, "tx.commit")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxCommit) AppendArgs(b []byte) []byte { return b }
@@ -2523,8 +2632,12 @@ func (*TxCommitOk) HasContent() bool { return false }
 func (*TxCommitOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxCommitOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxCommitOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 21, "tx.commit-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxCommitOk) AppendArgs(b []byte) []byte { return b }
@@ -2548,8 +2661,12 @@ func (*TxRollback) HasContent() bool { return false }
 func (*TxRollback) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxRollback) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxRollback) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 30, "tx.rollback")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxRollback) AppendArgs(b []byte) []byte { return b }
@@ -2573,8 +2690,12 @@ func (*TxRollbackOk) HasContent() bool { return false }
 func (*TxRollbackOk) Synchronous() bool { return true }
 
 // Decode sets m from the method arguments (the bytes after the class and
-// method ids). Trailing bytes are ignored.
-func (*TxRollbackOk) Decode(args []byte) error { return nil }
+// method ids). Arguments that do not fill them exactly (a field past the
+// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.
+func (*TxRollbackOk) Decode(args []byte) error {
+	d := decoder{b: args}
+	return d.finish(90, 31, "tx.rollback-ok")
+}
 
 // AppendArgs appends the encoded method arguments to b.
 func (*TxRollbackOk) AppendArgs(b []byte) []byte { return b }

@@ -6,6 +6,7 @@ package conformance
 import (
 	"bytes"
 	"io"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -197,25 +198,44 @@ func TestUnknownMethod(t *testing.T) {
 	}
 }
 
+// TestContentOutOfOrder: content frames where they do not belong end the connection with 505 and
+// RabbitMQ's text; once a publish has begun, the close names basic.publish as the failing method.
 func TestContentOutOfOrder(t *testing.T) {
 	b := sharedBroker(t)
 	publish := methodFrame(1, classBasic, 40, basicPublishArgs("", "nowhere"))
+	var class61 enc // a content header for class 61
+	class61.short(61)
+	class61.short(0)
+	class61.longlong(3)
+	class61.short(0)
+	const (
+		noMethod   = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
+		wantHeader = "UNEXPECTED_FRAME - expected content header for class 60, got non content header frame instead"
+		wantBody   = "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
+	)
 	for _, tc := range []struct {
-		name   string
-		frames [][]byte
+		name          string
+		frames        [][]byte
+		text          string
+		class, method uint16
 	}{
-		{"content header without publish", [][]byte{contentHeaderFrame(1, 3)}},
-		{"content body without publish", [][]byte{frameBytes(frameBody, 1, []byte("abc"))}},
-		{"publish then body without header", [][]byte{publish, frameBytes(frameBody, 1, []byte("abc"))}},
-		{"publish then a method instead of the header", [][]byte{publish, methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
-		{"header then a method instead of the body", [][]byte{publish, contentHeaderFrame(1, 3), methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}},
-		{"header then a second header", [][]byte{publish, contentHeaderFrame(1, 3), contentHeaderFrame(1, 3)}},
+		{"content header without publish", [][]byte{contentHeaderFrame(1, 3)}, noMethod, 0, 0},
+		{"content body without publish", [][]byte{frameBytes(frameBody, 1, []byte("abc"))}, noMethod, 0, 0},
+		{"publish then body without header", [][]byte{publish, frameBytes(frameBody, 1, []byte("abc"))}, wantHeader, classBasic, 40},
+		{"publish then a method instead of the header", [][]byte{publish, methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}, wantHeader, classBasic, 40},
+		{"header then a method instead of the body", [][]byte{publish, contentHeaderFrame(1, 3), methodFrame(1, classChannel, 40, closeArgs(200, "", 0, 0))}, wantBody, classBasic, 40},
+		{"header then a second header", [][]byte{publish, contentHeaderFrame(1, 3), contentHeaderFrame(1, 3)}, wantBody, classBasic, 40},
+		{"content header for another class", [][]byte{publish, frameBytes(frameHeader, 1, class61.b)},
+			"UNEXPECTED_FRAME - expected content header for class 60, got one for class 61 instead", classBasic, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := openRaw(t, b.Addr)
 			c.openChannel(1)
 			c.write(tc.frames...)
-			c.expectConnectionClose(codeUnexpectedFrame)
+			ci := c.expectConnectionClose(codeUnexpectedFrame)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d; want %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
 			assertStillServing(t, b.URL)
 		})
 	}
@@ -379,5 +399,179 @@ func TestChannelErrorClosesOnlyTheChannel(t *testing.T) {
 			c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
 			c.expect(0, classConnection, 51)
 		})
+	}
+}
+
+// TestArgumentsNotFillingTheFrame: a method whose arguments run past the end of its frame (a
+// truncated frame, a field table longer than what is left of it) or leave bytes over is 501
+// FRAME_ERROR "cannot decode <<...>>" naming the method, as RabbitMQ answers, on the generated
+// decoders' path and on the hand-written ones (publish, ack) alike. A method frame too short for
+// its ids is not a frame at all. (A bad type tag inside a table of the right length is another
+// error: 502 here, a reset in RabbitMQ; see docs/differences.md.)
+func TestArgumentsNotFillingTheFrame(t *testing.T) {
+	b := sharedBroker(t)
+	declare := func(table ...byte) []byte { // queue.declare "q", exclusive and auto-delete, then table
+		return append([]byte{0, classQueue, 0, 10, 0, 0, 1, 'q', 12}, table...)
+	}
+	long := []byte{0, classQueue, 0, 10, 0, 0, 200}
+	long = append(long, bytes.Repeat([]byte("n"), 100)...)
+	for _, tc := range []struct {
+		name          string
+		channel       uint16
+		payload       []byte
+		text          string
+		class, method uint16
+	}{
+		{"queue name past the end", 1, []byte{0, classQueue, 0, 10, 0, 0, 10, 'a', 'b', 'c'},
+			"FRAME_ERROR - cannot decode <<0,0,10,97,98,99>>", classQueue, 10},
+		{"field table longer than the frame", 1, declare(0, 0, 3, 232, 1, 'a', 't', 1),
+			"FRAME_ERROR - cannot decode <<0,0,1,113,12,0,0,3,232,1,97,116,1>>", classQueue, 10},
+		{"bytes left over", 1, declare(0, 0, 0, 0, 1, 2, 3),
+			"FRAME_ERROR - cannot decode <<0,0,1,113,12,0,0,0,0,1,2,3>>", classQueue, 10},
+		{"basic.publish cut", 1, []byte{0, classBasic, 0, 40, 0, 0, 5, 'a'},
+			"FRAME_ERROR - cannot decode <<0,0,5,97>>", classBasic, 40},
+		{"basic.ack cut", 1, []byte{0, classBasic, 0, 80, 0, 0, 0, 0, 0, 0, 0},
+			"FRAME_ERROR - cannot decode <<0,0,0,0,0,0,0>>", classBasic, 80},
+		{"tx.select with a byte over", 1, []byte{0, 90, 0, 10, 0},
+			"FRAME_ERROR - cannot decode <<0>>", 90, 10},
+		{"channel.open without its argument", 2, []byte{0, classChannel, 0, 10},
+			"FRAME_ERROR - cannot decode <<>>", classChannel, 10},
+		{"a long cut text ends in ...", 1, long,
+			("FRAME_ERROR - cannot decode <<0,0,200," + strings.Repeat("110,", 100))[:252] + "...", classQueue, 10},
+		{"method frame shorter than its ids", 1, []byte{0, classQueue},
+			"FRAME_ERROR - type 1, all octets = <<0,50>>: unknown_frame", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.write(frameBytes(frameMethod, tc.channel, tc.payload))
+			ci := c.expectConnectionClose(codeFrameError)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d;\nwant %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+// TestHandshakeOutOfOrder: after tune-ok and before connection.open, a frame on a channel other
+// than 0 (channel.open first, say) is 505 UNEXPECTED_FRAME, another method on channel 0 is 504, and
+// a truncated method 501, with RabbitMQ's texts. Where RabbitMQ closes the socket without a word
+// after about 3 s (before tune-ok, and for a truncated connection.open) Warren answers as RabbitMQ
+// does between tune-ok and open (docs/differences.md).
+func TestHandshakeOutOfOrder(t *testing.T) {
+	b := sharedBroker(t)
+	const (
+		insteadOfStartOk = iota
+		insteadOfTuneOk
+		insteadOfOpen
+	)
+	for _, tc := range []struct {
+		name          string
+		at            int // which handshake method the frame replaces
+		frame         []byte
+		code          uint16
+		text          string
+		class, method uint16
+		rabbitSilent  bool // RabbitMQ 3.10 closes the socket without connection.close
+	}{
+		{"channel.open on channel 1", insteadOfOpen, methodFrame(1, classChannel, 10, channelOpenArgs()),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>>", 0, 0, false},
+		{"queue.declare on channel 1", insteadOfOpen, methodFrame(1, classQueue, 10, queueDeclareArgs("", false, false, true, true)),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,50,0,10,0,0,0,12,0,0,0,0>>", 0, 0, false},
+		{"heartbeat on channel 1", insteadOfOpen, frameBytes(frameHeartbeat, 1, nil),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 8, all octets = <<>>", 0, 0, false},
+		{"channel.open on channel 0", insteadOfOpen, methodFrame(0, classChannel, 10, channelOpenArgs()),
+			codeChannelError, "CHANNEL_ERROR - unexpected method in connection state opening", classChannel, 10, false},
+		{"truncated connection.open", insteadOfOpen, frameBytes(frameMethod, 0, []byte{0, 10, 0, 40, 5, '/'}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<5,47>>", classConnection, 40, true},
+		{"channel.open on channel 1 before tune-ok", insteadOfTuneOk, methodFrame(1, classChannel, 10, channelOpenArgs()),
+			codeUnexpectedFrame, "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,0>>", 0, 0, true},
+		{"connection.open instead of tune-ok", insteadOfTuneOk, methodFrame(0, classConnection, 40, []byte{1, '/', 0, 0}),
+			codeChannelError, "CHANNEL_ERROR - unexpected method in connection state tuning", classConnection, 40, true},
+		{"truncated tune-ok", insteadOfTuneOk, frameBytes(frameMethod, 0, []byte{0, 10, 0, 31, 0}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<0>>", classConnection, 31, true},
+		{"truncated start-ok", insteadOfStartOk, frameBytes(frameMethod, 0, []byte{0, 10, 0, 11, 0, 0, 0, 50, 1}),
+			codeFrameError, "FRAME_ERROR - cannot decode <<0,0,0,50,1>>", classConnection, 11, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, b.Addr)
+			c.sendHeader()
+			c.readStart()
+			if tc.at > insteadOfStartOk {
+				c.sendStartOk(startOk{mechanism: "PLAIN", response: plainResponse("guest", "guest"), authFailureClose: true})
+				tune := c.readTune()
+				if tc.at > insteadOfTuneOk {
+					c.sendTuneOk(tune)
+				}
+			}
+			c.write(tc.frame)
+			if tc.rabbitSilent && c.isRabbitMQ() {
+				c.expectSocketClosed(10 * time.Second)
+				t.Logf("RabbitMQ closed the socket without connection.close (known 3.10 behaviour)")
+				return
+			}
+			ci := c.expectConnectionClose(tc.code)
+			if ci.text != tc.text || ci.class != tc.class || ci.method != tc.method {
+				t.Errorf("connection.close %q for %d.%d; want %q for %d.%d", ci.text, ci.class, ci.method, tc.text, tc.class, tc.method)
+			}
+			assertStillServing(t, b.URL)
+		})
+	}
+}
+
+// TestChannelCloseCrossingItsCloseOk: frames that reach the broker with a client's channel.close,
+// before its close-ok went out (here: in the same TCP write), find the channel closing, as in
+// RabbitMQ: each further channel.close gets its own close-ok, anything else is dropped. Once the
+// close-ok is out, the channel is gone (TestChannelNotOpen) and may be opened again.
+func TestChannelCloseCrossingItsCloseOk(t *testing.T) {
+	b := sharedBroker(t)
+	closeFrame := methodFrame(1, classChannel, 40, closeArgs(200, "bye", 0, 0))
+	for _, tc := range []struct {
+		name     string
+		after    [][]byte // sent in the same write as the first channel.close
+		closeOks int
+	}{
+		{"a second channel.close", [][]byte{closeFrame}, 2},
+		{"two more channel.close", [][]byte{closeFrame, closeFrame}, 3},
+		{"queue.declare", [][]byte{methodFrame(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))}, 1},
+		{"a whole publish", [][]byte{methodFrame(1, classBasic, 40, basicPublishArgs("", "x")), contentHeaderFrame(1, 1), frameBytes(frameBody, 1, []byte("x"))}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := openRaw(t, b.Addr)
+			c.openChannel(1)
+			c.write(append([][]byte{closeFrame}, tc.after...)...)
+			for i := 0; i < tc.closeOks; i++ {
+				c.expect(1, classChannel, 41)
+			}
+			// Nothing else came for channel 1: the next frame is the answer to a new open.
+			c.openChannel(1)
+			c.send(1, classQueue, 10, queueDeclareArgs("", false, false, true, true))
+			c.expect(1, classQueue, 11)
+			c.send(0, classConnection, 50, closeArgs(200, "bye", 0, 0))
+			c.expect(0, classConnection, 51)
+		})
+	}
+}
+
+// TestServerVersionIsTheBinarysVersion: connection.start reports the version `warren version`
+// prints (both come from the version the binary was built with).
+func TestServerVersionIsTheBinarysVersion(t *testing.T) {
+	b := sharedBroker(t)
+	if b.external() {
+		t.Skip("needs the binary; not run against an external broker")
+	}
+	out, err := exec.Command(testEnv.bin, "version").Output()
+	if err != nil {
+		t.Fatalf("%s version: %v", testEnv.bin, err)
+	}
+	want, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "warren ")
+	if !ok || want == "" {
+		t.Fatalf("warren version printed %q; want \"warren <version>\"", out)
+	}
+	c := dialRaw(t, b.Addr)
+	c.sendHeader()
+	if got := c.readStart().props["version"]; got != want {
+		t.Errorf("connection.start version = %v; want %q as `warren version` prints", got, want)
 	}
 }

@@ -149,11 +149,24 @@ func methodFrame(channel, class, method uint16, args []byte) []byte {
 
 // contentHeaderFrame builds a basic content header frame with no properties.
 func contentHeaderFrame(channel uint16, bodySize uint64) []byte {
+	return contentHeaderFrameProps(channel, bodySize, 0, nil)
+}
+
+// Basic property flags the tests set.
+const (
+	propReplyTo    = 1 << 9
+	propExpiration = 1 << 8
+)
+
+// contentHeaderFrameProps builds a basic content header frame with the given property flags and
+// the encoded property fields, in flag order.
+func contentHeaderFrameProps(channel uint16, bodySize uint64, flags uint16, props []byte) []byte {
 	var e enc
 	e.short(classBasic)
 	e.short(0) // weight
 	e.longlong(bodySize)
-	e.short(0) // no property flags
+	e.short(flags)
+	e.b = append(e.b, props...)
 	return frameBytes(frameHeader, channel, e.b)
 }
 

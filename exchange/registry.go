@@ -96,6 +96,18 @@ func (r *Registry) errNoExchange(name string) *amqp.Error {
 //
 // created reports whether the exchange was newly created; ex is nil on error.
 func (r *Registry) Declare(name, kind string, durable, autoDelete, internal, passive bool, args amqp.Table) (ex *Exchange, created bool, err *amqp.Error) {
+	return r.declare(name, kind, durable, autoDelete, internal, passive, args, true)
+}
+
+// Check runs Declare's checks without creating anything: for a missing exchange it reports
+// (nil, nil) when Declare would create it. The broker core checks a durable declaration this way
+// on the node that received it before it replicates the declaration.
+func (r *Registry) Check(name, kind string, durable, autoDelete, internal, passive bool, args amqp.Table) (*Exchange, *amqp.Error) {
+	x, _, err := r.declare(name, kind, durable, autoDelete, internal, passive, args, false)
+	return x, err
+}
+
+func (r *Registry) declare(name, kind string, durable, autoDelete, internal, passive bool, args amqp.Table, create bool) (ex *Exchange, created bool, err *amqp.Error) {
 	name = stripCRLF(name)
 	if passive {
 		if name == "" {
@@ -135,6 +147,9 @@ func (r *Registry) Declare(name, kind string, durable, autoDelete, internal, pas
 			return nil, false, amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg '%s' in exchange '%s' in vhost '%s'",
 				amqp.TypeName(v), aeArg, name, r.vhost)
 		}
+	}
+	if !create {
+		return nil, false, nil
 	}
 	x := newExchange(name, k, durable, autoDelete, internal, args)
 	r.exchanges[name] = x
@@ -202,6 +217,29 @@ func describeArg(v any, present bool) string {
 	return "the value '" + erlValue(v) + "' of type '" + amqp.TypeName(v) + "'"
 }
 
+// SetPolicyAlternate sets the alternate exchange a policy gives the named exchange ("" for
+// none); the exchange's own alternate-exchange argument still wins. It reports whether the
+// exchange exists.
+func (r *Registry) SetPolicyAlternate(name, alternate string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.exchanges[name]
+	if x == nil {
+		return false
+	}
+	x.policyAlternate = alternate
+	return true
+}
+
+// alternateExchange is the exchange's alternate: its argument, else its policy's (the
+// Registry's lock held).
+func (x *Exchange) alternateExchange() string {
+	if x.alternate != "" {
+		return x.alternate
+	}
+	return x.policyAlternate
+}
+
 // Get returns the named exchange; "" is the default exchange.
 func (r *Registry) Get(name string) (*Exchange, bool) {
 	r.mu.RLock()
@@ -217,33 +255,49 @@ func (r *Registry) Get(name string) (*Exchange, bool) {
 // (being a destination does not count). Auto-delete sources that lose their
 // last binding through the deletion are deleted too.
 func (r *Registry) Delete(name string, ifUnused bool) *amqp.Error {
+	_, err := r.DeleteReport(name, ifUnused)
+	return err
+}
+
+// Removed lists what one registry change removed, cascades included: the broker core deletes
+// the stored records of the durable ones.
+type Removed struct {
+	Exchanges []*Exchange
+	Bindings  []Binding
+}
+
+// DeleteReport is Delete reporting what it removed.
+func (r *Registry) DeleteReport(name string, ifUnused bool) (Removed, *amqp.Error) {
+	var rm Removed
 	name = stripCRLF(name)
 	if name == "" {
-		return r.errDefaultExchange()
+		return rm, r.errDefaultExchange()
 	}
 	if strings.HasPrefix(name, "amq.") {
-		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, r.vhost)
+		return rm, amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", name, r.vhost)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	x := r.exchanges[name]
 	if x == nil {
-		return nil
+		return rm, nil
 	}
 	if ifUnused && x.nOut > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, r.vhost)
+		return rm, amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", name, r.vhost)
 	}
-	r.deleteLocked(x)
-	return nil
+	r.deleteLocked(x, &rm)
+	return rm, nil
 }
 
 // deleteLocked removes x, its bindings and the bindings to it, then
 // auto-deletes sources left without bindings (recursively).
-func (r *Registry) deleteLocked(x *Exchange) {
+func (r *Registry) deleteLocked(x *Exchange, rm *Removed) {
 	delete(r.exchanges, x.Name)
+	rm.Exchanges = append(rm.Exchanges, x)
 	for _, bs := range x.out {
 		for _, b := range bs {
 			r.dropIncoming(x, b.dest)
+			rm.Bindings = append(rm.Bindings, b.public(x.Name))
 		}
 	}
 	x.out, x.nOut = map[destRef][]*binding{}, 0
@@ -251,12 +305,12 @@ func (r *Registry) deleteLocked(x *Exchange) {
 	if x.topic != nil {
 		x.topic = newTopicTrie()
 	}
-	r.removeAllTo(destRef{ToExchange, x.Name})
+	r.removeAllTo(destRef{ToExchange, x.Name}, rm)
 }
 
 // removeAllTo removes every binding to dest, then applies auto-delete to
 // the sources that lost bindings.
-func (r *Registry) removeAllTo(dest destRef) {
+func (r *Registry) removeAllTo(dest destRef, rm *Removed) {
 	srcs := r.incoming[dest]
 	if len(srcs) == 0 {
 		return
@@ -267,17 +321,18 @@ func (r *Registry) removeAllTo(dest destRef) {
 		for _, b := range src.out[dest] {
 			src.removeIndex(b)
 			src.nOut--
+			rm.Bindings = append(rm.Bindings, b.public(src.Name))
 		}
 		delete(src.out, dest)
 	}
 	for _, src := range sources {
-		r.maybeAutoDelete(src)
+		r.maybeAutoDelete(src, rm)
 	}
 }
 
-func (r *Registry) maybeAutoDelete(x *Exchange) {
+func (r *Registry) maybeAutoDelete(x *Exchange, rm *Removed) {
 	if x.AutoDelete && x.nOut == 0 && r.exchanges[x.Name] == x {
-		r.deleteLocked(x)
+		r.deleteLocked(x, rm)
 	}
 }
 
@@ -381,20 +436,28 @@ func (x *Exchange) find(dest destRef, key string, args amqp.Table) *binding {
 // as in RabbitMQ, a missing source, destination or binding is not an error.
 // An auto-delete source that loses its last binding is deleted.
 func (r *Registry) Unbind(b Binding) *amqp.Error {
+	_, err := r.UnbindReport(b)
+	return err
+}
+
+// UnbindReport is Unbind reporting what it removed (the binding, and an auto-deleted source).
+func (r *Registry) UnbindReport(b Binding) (Removed, *amqp.Error) {
+	var rm Removed
 	if err := r.checkBindingEnds(&b); err != nil {
-		return err
+		return rm, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	src := r.exchanges[b.Source]
 	if src == nil {
-		return nil
+		return rm, nil
 	}
 	dest := destRef{b.DestKind, b.Dest}
 	old := src.find(dest, b.Key, b.Args)
 	if old == nil {
-		return nil
+		return rm, nil
 	}
+	rm.Bindings = append(rm.Bindings, old.public(src.Name))
 	bs := src.out[dest]
 	if i := slices.Index(bs, old); i >= 0 {
 		bs = removeAt(bs, i)
@@ -407,16 +470,48 @@ func (r *Registry) Unbind(b Binding) *amqp.Error {
 	src.nOut--
 	src.removeIndex(old)
 	r.dropIncoming(src, dest)
-	r.maybeAutoDelete(src)
+	r.maybeAutoDelete(src, &rm)
+	return rm, nil
+}
+
+// CheckBinding runs Bind's checks (bind) or Unbind's (!bind) without changing anything. The broker
+// core checks a replicated binding this way before it proposes it.
+func (r *Registry) CheckBinding(b Binding, bind bool) *amqp.Error {
+	if err := r.checkBindingEnds(&b); err != nil || !bind {
+		return err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	src := r.exchanges[b.Source]
+	if src == nil {
+		return r.errNoExchange(b.Source)
+	}
+	if b.DestKind == ToExchange && r.exchanges[b.Dest] == nil {
+		return r.errNoExchange(b.Dest)
+	}
+	if src.Kind == Headers {
+		return checkXMatch(b.Args)
+	}
 	return nil
+}
+
+// InUse reports whether the named exchange is the source of a binding (exchange.delete
+// if-unused).
+func (r *Registry) InUse(name string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	x := r.exchanges[name]
+	return x != nil && x.nOut > 0
 }
 
 // RemoveQueue drops every binding to the queue (called when the queue is
 // deleted). Auto-delete exchanges left without bindings are deleted.
-func (r *Registry) RemoveQueue(queue string) {
+func (r *Registry) RemoveQueue(queue string) Removed {
+	var rm Removed
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.removeAllTo(destRef{ToQueue, queue})
+	r.removeAllTo(destRef{ToQueue, queue}, &rm)
+	return rm
 }
 
 // Bindings lists every binding, sorted by source, destination kind,

@@ -105,8 +105,8 @@ func (r *Registry) Route(dst []string, exchangeName, routingKey string, extraKey
 		work = work[:len(work)-1]
 		a.matched, a.xs = 0, a.xs[:0]
 		dst, a = routeOne(dst, a, x, routingKey, extraKeys, headers)
-		if a.matched == 0 && x.alternate != "" {
-			if ae := r.exchanges[x.alternate]; ae != nil && ae.Name != "" {
+		if alt := x.alternateExchange(); a.matched == 0 && alt != "" {
+			if ae := r.exchanges[alt]; ae != nil && ae.Name != "" {
 				a.xs = append(a.xs, ae)
 			}
 		}
@@ -174,6 +174,27 @@ func finish(dst []string, start int, dedup bool) []string {
 		}
 		clear(dst[len(out):])
 		dst = out
+	}
+	return dst
+}
+
+// AppendKeys adds the routing keys of a CC or BCC header value (a string or an array of
+// strings, as RabbitMQ's sender-selected distribution takes them) to dst.
+func AppendKeys(dst []string, v any) []string {
+	switch v := v.(type) {
+	case []any:
+		for _, x := range v {
+			switch s := x.(type) {
+			case string:
+				dst = append(dst, s)
+			case []byte:
+				dst = append(dst, string(s))
+			}
+		}
+	case string:
+		dst = append(dst, v)
+	case []byte:
+		dst = append(dst, string(v))
 	}
 	return dst
 }

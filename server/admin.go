@@ -1,100 +1,29 @@
 package server
 
 import (
-	"cmp"
-	"fmt"
 	"net"
-	"slices"
-	"strings"
-	"time"
 
 	"warren/amqp"
+	"warren/server/auth"
+	"warren/server/cluster"
+	"warren/server/core"
 )
 
-// This file is the broker's view for operators' tools (the HTTP API): what is connected and
-// declared, read without stopping the broker, and the few actions on it.
+// This file is the node's view for operators' tools (the HTTP API): what is connected and
+// declared, read from the broker core without stopping it, and the few actions on it.
 
 // ConnectionInfo describes an open client connection.
-type ConnectionInfo struct {
-	// Name is RabbitMQ's name for a connection, "peer -> local" ("127.0.0.1:50210 ->
-	// 127.0.0.1:5672"); it is what CloseConnection takes.
-	Name             string
-	State            string // "running", or "closing" once CloseConnection or a shutdown closed it
-	Peer, Local      string
-	User, VHost      string
-	ClientProperties amqp.Table // as the client sent them in connection.start-ok
-	Channels         int
-	ChannelMax       uint16
-	FrameMax         uint32
-	Heartbeat        time.Duration
-	ConnectedAt      time.Time
-}
+type ConnectionInfo = core.ConnectionInfo
 
 // Connections lists the connections that finished their handshake, oldest first.
-func (s *Server) Connections() []ConnectionInfo {
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		if c.open.Load() {
-			conns = append(conns, c)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(conns, func(a, b *conn) int { return cmp.Compare(a.id, b.id) })
-	out := make([]ConnectionInfo, len(conns))
-	for i, c := range conns {
-		out[i] = c.info()
-	}
-	return out
-}
-
-// info describes c; c must be open, so the handshake's fields no longer change.
-func (c *conn) info() ConnectionInfo {
-	peer, local := c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()
-	state := "running"
-	if c.forced.Load() {
-		state = "closing"
-	}
-	return ConnectionInfo{
-		Name:             connectionName(peer, local),
-		State:            state,
-		Peer:             peer,
-		Local:            local,
-		User:             c.user,
-		VHost:            c.vhost.name,
-		ClientProperties: c.clientProps,
-		Channels:         int(c.nChannels.Load()),
-		ChannelMax:       c.channelMax,
-		FrameMax:         c.frameMax,
-		Heartbeat:        c.heartbeat,
-		ConnectedAt:      c.connectedAt,
-	}
-}
-
-func connectionName(peer, local string) string { return peer + " -> " + local }
+func (s *Server) Connections() []ConnectionInfo { return s.core.Connections() }
 
 // CloseConnection closes the open connection called name (see ConnectionInfo.Name) as
 // RabbitMQ's management plugin does: connection.close 320 CONNECTION_FORCED with reason, or
 // "Closed via management plugin" when reason is empty. It reports whether there was one to
 // close: a connection already closing is not.
 func (s *Server) CloseConnection(name, reason string) bool {
-	if reason == "" {
-		reason = "Closed via management plugin"
-	}
-	s.mu.Lock()
-	var target *conn
-	for c := range s.conns {
-		if c.open.Load() && !c.forced.Load() && connectionName(c.nc.RemoteAddr().String(), c.nc.LocalAddr().String()) == name {
-			target = c
-			break
-		}
-	}
-	s.mu.Unlock()
-	if target == nil {
-		return false
-	}
-	target.forceClose(amqp.Errorf(amqp.ConnectionForced, "%s", reason))
-	return true
+	return s.core.CloseConnection(name, reason)
 }
 
 // QueueInfo describes a declared queue.
@@ -108,21 +37,18 @@ type QueueInfo struct {
 	Ready       int // messages waiting for a consumer (0 for streams, as RabbitMQ's queue counters)
 	Unacked     int // messages delivered and not yet settled
 	Consumers   int
+	// Policy and OperatorPolicy name what applies to the queue ("" for none);
+	// EffectivePolicyDefinition is their merged definition, as RabbitMQ's API shows it.
+	Policy, OperatorPolicy    string
+	EffectivePolicyDefinition map[string]any
 }
 
 // Queues lists the declared queues of every vhost, by vhost then name.
 func (s *Server) Queues() []QueueInfo {
 	var out []QueueInfo
-	for _, v := range s.sortedVhosts() {
-		v.mu.RLock()
-		entries := make([]*queueEntry, 0, len(v.queues))
-		for _, e := range v.queues {
-			entries = append(entries, e)
-		}
-		v.mu.RUnlock()
-		slices.SortFunc(entries, func(a, b *queueEntry) int { return strings.Compare(a.name, b.name) })
-		for _, e := range entries {
-			out = append(out, e.info())
+	for _, v := range s.core.VHosts() {
+		for _, q := range v.Queues() {
+			out = append(out, queueInfo(q))
 		}
 	}
 	return out
@@ -130,33 +56,26 @@ func (s *Server) Queues() []QueueInfo {
 
 // Queue describes the queue called name in vhost, if there is one.
 func (s *Server) Queue(vhost, name string) (QueueInfo, bool) {
-	v := s.vhosts[vhost]
+	v := s.core.VHost(vhost)
 	if v == nil {
 		return QueueInfo{}, false
 	}
-	e := v.lookupQueue(name)
-	if e == nil {
+	q := v.Queue(name)
+	if q == nil {
 		return QueueInfo{}, false
 	}
-	return e.info(), true
+	return queueInfo(q), true
 }
 
-func (e *queueEntry) info() QueueInfo {
-	qi := QueueInfo{
-		Name: e.name, VHost: e.v.name, Type: "classic",
-		Durable: e.durable, AutoDelete: e.autoDel, Exclusive: e.owner != nil, Arguments: e.args,
+func queueInfo(q *core.Queue) QueueInfo {
+	st := q.Stats()
+	m := q.PolicyMatch()
+	return QueueInfo{
+		Name: q.Name(), VHost: q.VHost().Name(), Type: q.Kind(),
+		Durable: q.Durable(), AutoDelete: q.AutoDelete(), Exclusive: q.Exclusive(), Arguments: q.Args(),
+		Ready: st.Ready, Unacked: st.Unacked, Consumers: st.Consumers,
+		Policy: m.PolicyName(), OperatorPolicy: m.OperatorPolicyName(), EffectivePolicyDefinition: m.EffectiveDefinition(),
 	}
-	switch {
-	case e.stream != nil:
-		qi.Type = "stream"
-		qi.Consumers = e.stream.consumerCount()
-	case e.settings.quorum:
-		qi.Type = "quorum"
-	}
-	if e.q != nil {
-		qi.Ready, qi.Unacked, qi.Consumers = e.q.Stats()
-	}
-	return qi
 }
 
 // ExchangeInfo describes a declared exchange.
@@ -167,15 +86,17 @@ type ExchangeInfo struct {
 	AutoDelete  bool
 	Internal    bool
 	Arguments   amqp.Table
+	Policy      string // the policy that applies ("" for none)
 }
 
 // Exchanges lists the exchanges of every vhost, the default exchange ("") included.
 func (s *Server) Exchanges() []ExchangeInfo {
 	var out []ExchangeInfo
-	for _, v := range s.sortedVhosts() {
-		for _, ex := range v.exchanges.Exchanges() { // sorted by name
-			out = append(out, ExchangeInfo{Name: ex.Name, VHost: v.name, Type: ex.Kind.String(),
-				Durable: ex.Durable, AutoDelete: ex.AutoDelete, Internal: ex.Internal, Arguments: ex.Args})
+	for _, v := range s.core.VHosts() {
+		for _, ex := range v.Exchanges() { // sorted by name
+			out = append(out, ExchangeInfo{Name: ex.Name, VHost: v.Name(), Type: ex.Kind.String(),
+				Durable: ex.Durable, AutoDelete: ex.AutoDelete, Internal: ex.Internal, Arguments: ex.Args,
+				Policy: v.ExchangePolicy(ex.Name).PolicyName()})
 		}
 	}
 	return out
@@ -183,45 +104,35 @@ func (s *Server) Exchanges() []ExchangeInfo {
 
 // VHosts lists the virtual hosts' names.
 func (s *Server) VHosts() []string {
-	vs := s.sortedVhosts()
+	vs := s.core.VHosts()
 	names := make([]string, len(vs))
 	for i, v := range vs {
-		names[i] = v.name
+		names[i] = v.Name()
 	}
 	return names
 }
 
-func (s *Server) sortedVhosts() []*vhost {
-	vs := make([]*vhost, 0, len(s.vhosts))
-	for _, v := range s.vhosts {
-		vs = append(vs, v)
-	}
-	slices.SortFunc(vs, func(a, b *vhost) int { return strings.Compare(a.name, b.name) })
-	return vs
-}
-
 // Alarms returns the resource alarms raised now: "memory", "disk" or both; none before Start.
 func (s *Server) Alarms() []string {
-	s.mu.Lock()
-	a := s.alarms
-	s.mu.Unlock()
+	a := s.core.Alarms()
 	if a == nil {
 		return nil
 	}
-	return a.raised()
+	return a.Raised()
 }
 
 // NodeName is this node's id in its cluster.
 func (s *Server) NodeName() string { return s.node.ID() }
 
+// ClusterAddr returns the node's cluster port address ("" for a one-node cluster without a port).
+func (s *Server) ClusterAddr() string { return s.node.Addr() }
+
+// ClusterStatus reports the node's view of its cluster: members and Raft groups with their leaders.
+func (s *Server) ClusterStatus() cluster.Status { return s.node.Status() }
+
 // Authenticate checks a user's password as the AMQP listener does for a client at remote, so
-// the HTTP API lets in exactly whom AMQP lets in (guest only from loopback, as RabbitMQ).
-func (s *Server) Authenticate(user, pass string, remote net.Addr) error {
-	if user != "guest" || pass != "guest" {
-		return fmt.Errorf("login refused for user %q", user)
-	}
-	if ta, ok := remote.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		return fmt.Errorf("user %q may only log in from loopback", user)
-	}
-	return nil
+// the HTTP API lets in exactly whom AMQP lets in (loopback users only from loopback, as
+// RabbitMQ). cache, if not nil, remembers the last check of one HTTP connection.
+func (s *Server) Authenticate(user, pass string, remote net.Addr, cache *auth.Cache) (core.Principal, error) {
+	return s.core.Login("PLAIN", user, pass, remote, cache)
 }

@@ -3,6 +3,10 @@ package server
 import (
 	"log/slog"
 	"time"
+
+	"warren/server/auth"
+	"warren/server/queue"
+	"warren/server/tlsconf"
 )
 
 // Config is the broker configuration. DefaultConfig gives the defaults; cmd/warren maps flags onto it.
@@ -32,6 +36,14 @@ type Config struct {
 	// DiskFreeLimit is the free space on the data directory's file system below which publishers
 	// are blocked (default 50 MB).
 	DiskFreeLimit int64
+	// Version is the broker's version, reported in connection.start's server properties. cmd/warren
+	// sets it to the binary's own version (the one `warren version` prints), so the two cannot
+	// disagree; the default "dev" is what a broker built without a version reports.
+	Version string
+
+	// QueueTypes are queue types added to the built-in classic, quorum and stream ones, by their
+	// x-queue-type value (a new type plugs in here without touching the AMQP session).
+	QueueTypes []queue.Type
 
 	// NodeID names this node in its cluster (default "warren").
 	NodeID string
@@ -43,6 +55,27 @@ type Config struct {
 	// ClusterJoin starts the node without bootstrapping: it waits to be added to a running cluster
 	// (warren cluster add).
 	ClusterJoin bool
+
+	// DefaultUser and DefaultPass are the user created when the node or cluster is first
+	// bootstrapped, tagged administrator with full permissions on "/" (default guest/guest; an
+	// empty DefaultUser creates none). Later starts do not change users.
+	DefaultUser, DefaultPass string
+	// LoopbackUsers may log in only from a loopback address (default guest, as RabbitMQ's
+	// loopback_users). An empty, non-nil slice lets every user in from anywhere.
+	LoopbackUsers []string
+
+	// AMQPSListen is the TCP address of the AMQP 0-9-1 over TLS listener ("" = none); it needs
+	// TLS.CertFile and TLS.KeyFile.
+	AMQPSListen string
+	// TLS are the certificate files of the AMQPS listener (and of the HTTPS API); Reload
+	// (SIGHUP) reads them again.
+	TLS tlsconf.Options
+	// TLSLoginFrom is which part of a verified client certificate the EXTERNAL mechanism logs in
+	// as: distinguished_name (default) or common_name.
+	TLSLoginFrom auth.LoginFrom
+	// LoadDefinitions is a definitions file (RabbitMQ's JSON) imported at boot; a file that
+	// cannot be imported stops the boot with the reason.
+	LoadDefinitions string
 }
 
 // DefaultConfig returns the configuration `warren serve` uses when given no flags.
@@ -57,5 +90,10 @@ func DefaultConfig() Config {
 		MemoryHighWatermark: 0.4,
 		ConsumerTimeout:     30 * time.Minute,
 		DiskFreeLimit:       50_000_000,
+		Version:             "dev",
+		DefaultUser:         "guest",
+		DefaultPass:         "guest",
+		LoopbackUsers:       []string{"guest"},
+		TLSLoginFrom:        auth.LoginFromDistinguishedName,
 	}
 }

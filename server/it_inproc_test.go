@@ -38,11 +38,20 @@ func (w *testLogWriter) stop() {
 // directory and debug logs in the test log; it is shut down when the test ends.
 func startInProcess(t *testing.T) string {
 	t.Helper()
+	return startInProcessConfig(t, nil)
+}
+
+// startInProcessConfig is startInProcess with the configuration adjusted by edit (nil: none).
+func startInProcessConfig(t *testing.T, edit func(*server.Config)) string {
+	t.Helper()
 	lw := &testLogWriter{t: t}
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
 	cfg.Logger = slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if edit != nil {
+		edit(&cfg)
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)

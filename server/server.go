@@ -1,9 +1,10 @@
-// Package server is Warren's AMQP 0-9-1 broker: the listener, connections, channels and vhosts.
+// Package server wires one Warren node together: storage, the cluster layer, the broker core
+// (server/core) and the AMQP 0-9-1 front-end (server/session). cmd/warren and the tests start
+// a broker through it; the HTTP API reads it through the views in admin.go.
 package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,47 +15,35 @@ import (
 
 	"warren/amqp"
 	"warren/server/cluster"
+	"warren/server/core"
+	"warren/server/queue"
+	"warren/server/queue/streamq"
+	"warren/server/session"
+	"warren/server/tlsconf"
 	"warren/storage"
 )
 
-// Version is reported in connection.start's server properties.
-const Version = "0.1.0"
-
-// Server is a running broker.
+// Server is a running broker node.
 type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	vhosts map[string]*vhost // fixed after New: only "/" for now
+	db   *storage.DB
+	node *cluster.Node
+	core *core.Broker
+	amqp *session.Server
+	tls  *tlsconf.Config // the AMQPS listener's, nil without one
 
-	mu       sync.Mutex
-	ln       net.Listener
-	conns    map[*conn]struct{}
-	closing  bool
-	nextConn uint64
+	tlsAddr net.Addr
 
-	replyMu sync.Mutex
-	replyTo map[string]*channel // direct reply-to keys -> channel with a reply consumer
+	mu      sync.Mutex
+	started bool
 
-	nextConsumerID atomic.Uint64
-	nextQueueID    atomic.Uint64
-
-	db     *storage.DB
-	alarms *alarms
-
-	node  *cluster.Node  // the cluster layer (a one-node cluster unless configured)
-	meta  *cluster.Group // the metadata group
-	tag   uint16         // this node's tag in consumer ids
-	epoch uint16         // this boot's tag in consumer ids
-
-	started     time.Time
-	janitor     chan *queueEntry // queues to delete off their own goroutines
-	janitorQuit chan struct{}
-
-	wg sync.WaitGroup // accept loop and connection goroutines
+	startedAt time.Time
 }
 
-// New creates a broker from cfg. It does not listen until Start.
+// New opens the data directory, starts the cluster layer and recovers the broker core. It does
+// not listen until Start.
 func New(cfg Config) (*Server, error) {
 	def := DefaultConfig()
 	if cfg.AMQPListen == "" {
@@ -75,6 +64,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Version == "" {
+		cfg.Version = def.Version
+	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = def.DataDir
 	}
@@ -85,35 +77,67 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		db:          db,
-		conns:       make(map[*conn]struct{}),
-		replyTo:     make(map[string]*channel),
-		started:     time.Now(),
-		janitor:     make(chan *queueEntry, 64),
-		janitorQuit: make(chan struct{}),
+	s := &Server{cfg: cfg, log: cfg.Logger, db: db, startedAt: time.Now()}
+	id := cfg.NodeID
+	if id == "" {
+		id = "warren"
 	}
-	if err := s.startCluster(); err != nil {
-		db.Close()
-		return nil, err
-	}
-	s.wg.Add(1)
-	go s.runJanitor()
-	v := newVhost("/", db)
-	s.vhosts = map[string]*vhost{"/": v}
-	err = v.recover(s)
-	if err == nil {
-		err = s.startMeta()
-	}
+	var coreRef atomic.Pointer[core.Broker]
+	node, err := cluster.Start(cluster.Config{
+		NodeID: id, Listen: cfg.ClusterListen, Peers: cfg.ClusterPeers, Join: cfg.ClusterJoin,
+		DB: db, DataDir: cfg.DataDir, Logger: cfg.Logger,
+		OnPeerChange: func(id string, up bool) {
+			if b := coreRef.Load(); b != nil {
+				b.PeerChanged(id, up)
+			}
+		},
+		CountConnections: func(vhost string) int {
+			if b := coreRef.Load(); b != nil {
+				return b.LocalConnections(vhost)
+			}
+			return 0
+		},
+	})
 	if err != nil {
-		close(s.janitorQuit)
-		s.wg.Wait()
-		v.close()
-		s.node.Close()
+		db.Close()
+		return nil, fmt.Errorf("start cluster node: %w", err)
+	}
+	s.node = node
+	types := append([]queue.Type{queue.ClassicType{}, queue.QuorumType{}, streamq.Type{}}, cfg.QueueTypes...)
+	if cfg.LoopbackUsers == nil {
+		cfg.LoopbackUsers = def.LoopbackUsers
+	}
+	if cfg.TLSLoginFrom == "" {
+		cfg.TLSLoginFrom = def.TLSLoginFrom
+	}
+	if cfg.AMQPSListen != "" {
+		if s.tls, err = tlsconf.Load(cfg.TLS); err != nil {
+			node.Close()
+			db.Close()
+			return nil, fmt.Errorf("AMQPS listener: %w", err)
+		}
+	}
+	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
+		ConsumerTimeout: cfg.ConsumerTimeout, Types: types,
+		DefaultUser: cfg.DefaultUser, DefaultPass: cfg.DefaultPass, LoopbackUsers: cfg.LoopbackUsers})
+	if err != nil {
+		node.Close()
 		db.Close()
 		return nil, fmt.Errorf("recover %s: %w", cfg.DataDir, err)
+	}
+	coreRef.Store(b)
+	s.core = b
+	s.amqp = session.New(session.Config{
+		Core: b, Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, FrameMax: cfg.FrameMax, ChannelMax: cfg.ChannelMax,
+		MaxMessageSize: cfg.MaxMessageSize, Version: cfg.Version, LoginFrom: cfg.TLSLoginFrom,
+	})
+	if cfg.LoadDefinitions != "" {
+		if err := s.loadDefinitionsFile(cfg.LoadDefinitions); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.Shutdown(ctx)
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -124,116 +148,61 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.AMQPListen, err)
 	}
-	a := newAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit, s.log)
 	s.mu.Lock()
-	s.ln = ln
-	s.alarms = a
+	s.started = true
 	s.mu.Unlock()
+	var tlsLn net.Listener
+	if s.cfg.AMQPSListen != "" {
+		if tlsLn, err = net.Listen("tcp", s.cfg.AMQPSListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w", s.cfg.AMQPSListen, err)
+		}
+	}
+	s.core.StartAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
-	s.wg.Add(1)
-	go s.acceptLoop(ln)
+	s.amqp.Serve(ln)
+	if tlsLn != nil {
+		s.tlsAddr = tlsLn.Addr()
+		s.log.Info("AMQPS listener started", "addr", tlsLn.Addr().String(), "verify_peer", s.cfg.TLS.VerifyPeer,
+			"certificate_expires", s.tls.Certificate().NotAfter)
+		s.amqp.ServeTLS(tlsLn, s.tls)
+	}
 	return nil
 }
 
 // Addr returns the bound AMQP address (nil before Start).
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln == nil {
+func (s *Server) Addr() net.Addr { return s.amqp.Addr() }
+
+// TLSAddr returns the bound AMQPS address (nil without one or before Start).
+func (s *Server) TLSAddr() net.Addr { return s.tlsAddr }
+
+// ReloadTLS reads the AMQPS certificate files again (SIGHUP); connections opened afterwards use
+// them. Without an AMQPS listener it does nothing.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
 		return nil
 	}
-	return s.ln.Addr()
+	return s.tls.Reload()
 }
 
-func (s *Server) acceptLoop(ln net.Listener) {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Temporary failures (EMFILE and the like): back off rather than spin.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay < time.Second {
-				delay *= 2
-			}
-			s.log.Warn("accept failed", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			continue
-		}
-		s.nextConn++
-		c := newConn(s, nc, s.nextConn)
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
-	}
-}
+// Core is the node's broker core (for the HTTP API and other front-ends).
+func (s *Server) Core() *core.Broker { return s.core }
 
-func (s *Server) removeConn(c *conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
+// Version is the version the broker reports.
+func (s *Server) Version() string { return s.cfg.Version }
 
 // Shutdown stops accepting, closes every client connection with 320 CONNECTION_FORCED and waits,
-// bounded by ctx, for every goroutine to finish.
+// bounded by ctx, for every goroutine to finish; then it stops the core, the cluster layer and
+// storage.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	ln := s.ln
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	if ln != nil {
-		ln.Close()
-	}
-	for _, c := range conns {
-		c.forceClose(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
-	}
-	close(s.janitorQuit)
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		// Give up waiting politely: cut the sockets.
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		err = ctx.Err()
-	}
-	if s.alarms != nil {
-		s.alarms.stop()
-	}
-	for _, v := range s.vhosts {
-		v.close()
-	}
+	err := s.amqp.Shutdown(ctx)
+	s.core.Close()
 	if cerr := s.node.Close(); cerr != nil {
 		s.log.Warn("cannot stop the cluster layer cleanly", "err", cerr)
 	}
 	st := s.db.Stats()
 	s.log.Info("storage totals", "commits", st.Batches, "transactions_fsynced", st.Txns, "operations", st.Ops,
-		"uptime", time.Since(s.started).Round(time.Second))
+		"uptime", time.Since(s.startedAt).Round(time.Second))
 	if cerr := s.db.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close storage: %w", cerr)
 	}
@@ -249,41 +218,19 @@ func (s *Server) memoryLimit() int64 {
 	if s.cfg.MemoryHighWatermark <= 0 {
 		return 0
 	}
-	return int64(s.cfg.MemoryHighWatermark * float64(totalMemory()))
+	return int64(s.cfg.MemoryHighWatermark * float64(core.TotalMemory()))
 }
 
 // SetResourceLimits changes the memory limit (bytes; 0 disables) and the disk free limit (bytes)
 // of a running broker, and re-checks the alarms at once.
 func (s *Server) SetResourceLimits(memoryBytes, diskFreeBytes int64) {
-	s.mu.Lock()
-	a := s.alarms
-	if a == nil {
-		// Not started yet: Start uses these.
-		s.cfg.MemoryHighWatermarkBytes, s.cfg.DiskFreeLimit = memoryBytes, diskFreeBytes
-		if memoryBytes == 0 {
-			s.cfg.MemoryHighWatermark = 0
-		}
+	if a := s.core.Alarms(); a != nil {
+		a.SetLimits(memoryBytes, diskFreeBytes)
+		return
 	}
-	s.mu.Unlock()
-	if a != nil {
-		a.setLimits(memoryBytes, diskFreeBytes)
+	// Not started yet: Start uses these.
+	s.cfg.MemoryHighWatermarkBytes, s.cfg.DiskFreeLimit = memoryBytes, diskFreeBytes
+	if memoryBytes == 0 {
+		s.cfg.MemoryHighWatermark = 0
 	}
-}
-
-func (s *Server) registerReplyTo(key string, ch *channel) {
-	s.replyMu.Lock()
-	s.replyTo[key] = ch
-	s.replyMu.Unlock()
-}
-
-func (s *Server) unregisterReplyTo(key string) {
-	s.replyMu.Lock()
-	delete(s.replyTo, key)
-	s.replyMu.Unlock()
-}
-
-func (s *Server) lookupReplyTo(key string) *channel {
-	s.replyMu.Lock()
-	defer s.replyMu.Unlock()
-	return s.replyTo[key]
 }

@@ -705,6 +705,7 @@ func (l *Log) ApplyRetention(now time.Time) {
 
 	var b storage.Batch
 	b.Set(storage.StreamMetaKey(l.id), encodeMeta(newFirst))
+	b.UseReserve() // it frees far more than the one record it sets
 	for _, f := range removed {
 		b.Delete(storage.StreamChunkKey(l.id, f))
 		b.Delete(indexKey(l.id, f))
@@ -759,6 +760,7 @@ func (l *Log) takeDirtyOffsetsLocked() *storage.Batch {
 		return nil
 	}
 	b := new(storage.Batch)
+	b.UseReserve() // a consumer's progress, like an ack: it must work on a nearly full disk
 	for name := range l.offDirty {
 		b.Set(storage.StreamOffsetKey(l.id, name), be64(l.offsets[name]))
 	}

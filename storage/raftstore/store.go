@@ -175,6 +175,10 @@ func (s *Store) storeLogs(logs []*raft.Log, extra *storage.Batch, extraKeys map[
 		b.Set(keys[k:len(keys):len(keys)], vals[v:len(vals):len(vals)])
 	}
 
+	// Raft entries carry acknowledgements and settlements too, which must work on a nearly full disk so
+	// that it can be drained; publishes into quorum queues are refused before they are proposed
+	// (storage.DB.SpaceLow), so they do not take this room.
+	b.UseReserve()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if async != nil {
@@ -356,6 +360,7 @@ func (s *Store) Drop() error {
 func (s *Store) Set(key []byte, val []byte) error {
 	var b storage.Batch
 	b.Set(storage.RaftStableKey(s.group, key), val)
+	b.UseReserve() // terms and votes: a node that cannot vote cannot elect the leader that drains
 	if err := s.db.CommitSync(&b); err != nil {
 		return fmt.Errorf("raftstore: group %d: set %q: %w", s.group, key, err)
 	}
@@ -473,6 +478,7 @@ func (b *Bootstrap) StoreLogs(logs []*raft.Log) error {
 // Flush writes the stable-store writes still pending (none after a bootstrap that stored its entry)
 // and waits until everything the view wrote is durable.
 func (b *Bootstrap) Flush() error {
+	b.pending.UseReserve() // as Store.Set: terms and votes must be written on a nearly full disk
 	err := b.db.CommitSync(&b.pending)
 	b.pending = storage.Batch{}
 	clear(b.sets)

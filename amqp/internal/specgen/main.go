@@ -420,9 +420,9 @@ func genMethodCode(w *bytes.Buffer, m genMethod) error {
 		recv = ""
 	}
 	// Decode.
-	p("// Decode sets m from the method arguments (the bytes after the class and\n// method ids). Trailing bytes are ignored.\n")
+	p("// Decode sets m from the method arguments (the bytes after the class and\n// method ids). Arguments that do not fill them exactly (a field past the\n// end, bytes left over) are a *FramingError, as RabbitMQ refuses them.\n")
 	if len(m.Fields) == 0 {
-		p("func (*%s) Decode(args []byte) error { return nil }\n\n", m.GoName)
+		p("func (*%s) Decode(args []byte) error {\n\td := decoder{b: args}\n\treturn d.finish(%d, %d, %q)\n}\n\n", m.GoName, m.ClassID, m.MethodID, m.FullName)
 	} else {
 		p("func (%s *%s) Decode(args []byte) error {\n\td := decoder{b: args}\n", recv, m.GoName)
 		for i := 0; i < len(m.Fields); {
@@ -442,7 +442,7 @@ func genMethodCode(w *bytes.Buffer, m genMethod) error {
 			p("\tm.%s = d.%s()\n", f.GoName, f.Kind)
 			i++
 		}
-		p("\treturn d.finish(%q)\n}\n\n", m.FullName)
+		p("\treturn d.finish(%d, %d, %q)\n}\n\n", m.ClassID, m.MethodID, m.FullName)
 	}
 
 	// AppendArgs.

@@ -377,8 +377,8 @@ func declareQueues(ctx context.Context, uri string, n, chans int) (int, time.Dur
 	return int(declared.Load()), time.Since(start), first
 }
 
-// deleteQueues deletes queues 1..n through uri (cleanup of a given cluster).
-func deleteQueues(uri string, n int) {
+// deleteClusterQueues deletes queues 1..n through uri (cleanup of a given cluster).
+func deleteClusterQueues(uri string, n int) {
 	conn, err := dial(uri, "warren-perf cluster cleanup")
 	if err != nil {
 		return
@@ -428,7 +428,7 @@ func clusterRun(ctx context.Context, cfg ClusterConfig) (*ClusterResult, error) 
 		return nil, err
 	}
 	if len(cfg.URIs) > 0 {
-		defer deleteQueues(tc.nodes[0].uri, cfg.Queues)
+		defer deleteClusterQueues(tc.nodes[0].uri, cfg.Queues)
 	} else {
 		defer tc.stop()
 	}

@@ -1,0 +1,129 @@
+package core
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"warren/amqp"
+)
+
+// ClientConn is a client connection of any protocol, as the core and the HTTP API see it: the
+// AMQP 0-9-1 session and the stream protocol register theirs, so operators list and close both
+// in one place.
+type ClientConn interface {
+	// Info describes the connection; it is called from other goroutines and must not block.
+	Info() ConnectionInfo
+	// ForceClose closes the connection from the server side with code (320 CONNECTION_FORCED
+	// for AMQP) and text, as RabbitMQ does when an operator closes it.
+	ForceClose(code uint16, text string)
+}
+
+// ConnectionInfo describes an open client connection.
+type ConnectionInfo struct {
+	// Name is RabbitMQ's name for a connection, "peer -> local" ("127.0.0.1:50210 ->
+	// 127.0.0.1:5672"); it is what CloseConnection takes.
+	Name             string
+	Protocol         string // "AMQP 0-9-1" or "stream"
+	State            string // "running", or "closing" once it is being closed
+	Peer, Local      string
+	User, VHost      string
+	ClientProperties amqp.Table // as the client sent them
+	Channels         int
+	ChannelMax       uint16
+	FrameMax         uint32
+	Heartbeat        time.Duration
+	ConnectedAt      time.Time
+	id               uint64
+}
+
+// connRegistry holds the open client connections by registration order.
+type connRegistry struct {
+	mu    sync.Mutex
+	next  uint64
+	conns map[ClientConn]uint64
+}
+
+// RegisterConn adds an open connection (once its handshake is done); UnregisterConn removes it.
+func (b *Broker) RegisterConn(c ClientConn) {
+	r := &b.conns
+	r.mu.Lock()
+	if r.conns == nil {
+		r.conns = make(map[ClientConn]uint64)
+	}
+	r.next++
+	r.conns[c] = r.next
+	r.mu.Unlock()
+}
+
+// UnregisterConn removes a connection added with RegisterConn.
+func (b *Broker) UnregisterConn(c ClientConn) {
+	r := &b.conns
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+// Connections lists the open connections, oldest first.
+func (b *Broker) Connections() []ConnectionInfo {
+	r := &b.conns
+	r.mu.Lock()
+	out := make([]ConnectionInfo, 0, len(r.conns))
+	conns := make([]ClientConn, 0, len(r.conns))
+	ids := make([]uint64, 0, len(r.conns))
+	for c, id := range r.conns {
+		conns = append(conns, c)
+		ids = append(ids, id)
+	}
+	r.mu.Unlock()
+	for i, c := range conns {
+		ci := c.Info()
+		ci.id = ids[i]
+		out = append(out, ci)
+	}
+	slices.SortFunc(out, func(a, b ConnectionInfo) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+// CloseConnection closes the open connection called name (see ConnectionInfo.Name) as
+// RabbitMQ's management plugin does: 320 CONNECTION_FORCED with reason, or "Closed via
+// management plugin" when reason is empty. It reports whether there was one to close: a
+// connection already closing is not.
+func (b *Broker) CloseConnection(name, reason string) bool {
+	if reason == "" {
+		reason = "Closed via management plugin"
+	}
+	r := &b.conns
+	r.mu.Lock()
+	var target ClientConn
+	for c := range r.conns {
+		if ci := c.Info(); ci.Name == name && ci.State != "closing" {
+			target = c
+			break
+		}
+	}
+	r.mu.Unlock()
+	if target == nil {
+		return false
+	}
+	target.ForceClose(amqp.ConnectionForced, reason)
+	return true
+}
+
+// CloseAll closes every registered connection with code and text (broker shutdown, a deleted
+// vhost or user).
+func (b *Broker) CloseAll(code uint16, text string, match func(ConnectionInfo) bool) {
+	r := &b.conns
+	r.mu.Lock()
+	conns := make([]ClientConn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	for _, c := range conns {
+		if match == nil || match(c.Info()) {
+			c.ForceClose(code, text)
+		}
+	}
+}
