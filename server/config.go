@@ -11,6 +11,9 @@ import (
 
 // Config is the broker configuration. DefaultConfig gives the defaults; cmd/warren maps flags onto it.
 type Config struct {
+	// StartAbort, when closed, cuts short New's waits for the cluster (the first bootstrap's
+	// records need a majority): serve closes it on SIGTERM so a stop during start is prompt.
+	StartAbort <-chan struct{}
 	// AMQPListen is the TCP address of the AMQP 0-9-1 listener.
 	AMQPListen string
 	// DataDir holds the broker's data.

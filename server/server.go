@@ -119,7 +119,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
 		ConsumerTimeout: cfg.ConsumerTimeout, Types: types,
-		DefaultUser: cfg.DefaultUser, DefaultPass: cfg.DefaultPass, LoopbackUsers: cfg.LoopbackUsers})
+		DefaultUser: cfg.DefaultUser, DefaultPass: cfg.DefaultPass, LoopbackUsers: cfg.LoopbackUsers,
+		StartAbort: cfg.StartAbort})
 	if err != nil {
 		node.Close()
 		db.Close()

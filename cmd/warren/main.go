@@ -359,6 +359,7 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen, heap
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	cfg.StartAbort = ctx.Done()
 	var httpsTLS *tlsconf.Config
 	if httpsListen != "" {
 		var err error

@@ -663,6 +663,7 @@ func (b *Broker) bootstrapAccess() {
 	}()
 	select {
 	case <-a.initDone:
+	case <-b.opts.StartAbort:
 	case <-time.After(initTimeout):
 		b.log.Warn("the default vhost and user are not created yet (no majority of the cluster?); still trying", "after", initTimeout)
 	}

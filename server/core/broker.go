@@ -47,6 +47,10 @@ type Options struct {
 	DefaultUser, DefaultPass string
 	// LoopbackUsers may log in only from a loopback address (RabbitMQ's loopback_users).
 	LoopbackUsers []string
+	// StartAbort, when closed, ends New's wait for the first bootstrap's records (the default
+	// vhost and user), so a node told to stop while its cluster has no majority stops at once
+	// instead of after initTimeout.
+	StartAbort <-chan struct{}
 }
 
 // Broker is the broker core of one node.
