@@ -258,7 +258,11 @@ func (d *DB) waitForWork(lastRound int, lastCommit time.Duration, timer *time.Ti
 			}
 		default:
 			// Idle: still check the resident set now and then (reads also fault pages in).
-			timer.Reset(trimCheckEvery)
+			if d.readSinceTrim.Load() == d.readAtTrimCheck && d.sinceTrim == 0 {
+				timer.Reset(trimIdleCheckEvery) // nothing read or written since the last check
+			} else {
+				timer.Reset(trimCheckEvery)
+			}
 			select {
 			case <-d.wake:
 			case <-timer.C:

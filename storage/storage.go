@@ -126,8 +126,11 @@ type DB struct {
 	mapMu         sync.RWMutex
 	sinceTrim     int64     // committer goroutine only
 	lastTrimCheck time.Time // committer goroutine only
-	readSinceTrim atomic.Int64
-	trimWanted    atomic.Bool
+	// readAtTrimCheck is readSinceTrim at the last check (committer goroutine only): unchanged and
+	// nothing written means the DB was idle since.
+	readAtTrimCheck int64
+	readSinceTrim   atomic.Int64
+	trimWanted      atomic.Bool
 
 	// closeMu is held shared by reads (Get, Scan, DeleteRange) and exclusively by Close around closing
 	// badger, so that no read touches badger's unmapped files; dbClosed is set under it.

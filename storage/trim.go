@@ -30,11 +30,15 @@ import (
 // contents, so the *.sst mappings, which compactions unmap at any time, are safe with it.
 
 const (
-	madvRandom         = 1  // MADV_RANDOM
-	madvDontneed       = 4  // MADV_DONTNEED
-	madvPageout        = 21 // MADV_PAGEOUT, Linux 5.4+
-	defaultTrimBudget  = 48 << 20
-	trimCheckEvery     = 50 * time.Millisecond
+	madvRandom        = 1  // MADV_RANDOM
+	madvDontneed      = 4  // MADV_DONTNEED
+	madvPageout       = 21 // MADV_PAGEOUT, Linux 5.4+
+	defaultTrimBudget = 48 << 20
+	trimCheckEvery    = 50 * time.Millisecond
+	// trimIdleCheckEvery is the check period while nothing is committed or read: only badger's own
+	// background work (compactions) can then grow the mapped pages, and reading /proc every 50 ms was
+	// a visible share of an idle node's CPU.
+	trimIdleCheckEvery = time.Second
 	trimAfterWriteSize = 32 << 20 // committed bytes that trigger a check before trimCheckEvery passed
 	// Values read that trigger a check: a read faults in a whole readahead window, so mapped pages grow
 	// much faster than the bytes read when several queues are read at different places of the log.
@@ -63,11 +67,16 @@ func (d *DB) maybeTrim(written int64) {
 	}
 	d.sinceTrim += written
 	now := time.Now()
-	if d.sinceTrim < trimAfterWriteSize && now.Sub(d.lastTrimCheck) < trimCheckEvery &&
+	every := trimCheckEvery
+	if read := d.readSinceTrim.Load(); d.sinceTrim == 0 && read == d.readAtTrimCheck {
+		every = trimIdleCheckEvery
+	}
+	if d.sinceTrim < trimAfterWriteSize && now.Sub(d.lastTrimCheck) < every &&
 		!d.trimWanted.Swap(false) {
 		return
 	}
 	d.sinceTrim, d.lastTrimCheck = 0, now
+	d.readAtTrimCheck = d.readSinceTrim.Load()
 	if !d.mapMu.TryLock() {
 		return // GC, a scan or a range delete is running; try again later
 	}

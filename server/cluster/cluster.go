@@ -1,18 +1,21 @@
 // Package cluster manages Warren's raft groups on hashicorp/raft: one metadata group (id 0) and one group
 // per quorum queue, all carried by ONE cluster TCP port per node.
 //
-// Every connection to the cluster port starts with a tag byte (raft, forward, ping, admin), a flags byte
-// and the cluster fingerprint (a hash of the sorted initial peer list). Raft connections add a uvarint
-// group id and are handed to that group's raft.NetworkTransport; forward connections carry pipelined
-// proposals from followers to leaders (one connection per peer, request ids); ping connections carry a
-// hello with the fingerprint and then liveness pings; admin connections carry one JSON request.
+// Every connection to the cluster port starts with a tag byte (mesh, snapshot, forward, ping, admin), a
+// flags byte and the cluster fingerprint (a hash of the sorted initial peer list). Mesh connections carry
+// the raft RPCs of every group between two nodes (mesh.go: two lanes per peer and direction, heartbeats
+// coalesced, idle appends elided); snapshot connections stream one InstallSnapshot; forward connections
+// carry pipelined proposals from followers to leaders (one connection per peer, request ids); ping
+// connections carry a hello with the fingerprint and then liveness pings; admin connections carry one JSON
+// request.
 //
 // Without a listen address the node is a one-node cluster on the same code path: every group has a single
 // voter on an in-memory transport.
 //
-// Timings: raft heartbeat and election timeouts are 1.5 s (leader heartbeats every 150 ms, failover after
-// 1.5-3 s plus an election), leader lease 750 ms; a group whose configuration has this node as its only
-// voter forces its first election at once, so it has a leader within milliseconds of StartGroup.
+// Timings: raft heartbeat and election timeouts are 1.5 s (leader heartbeats every 150-300 ms, failover
+// after 1.5-3 s plus an election), leader lease 750 ms. A group whose only voter is this node, or a new
+// group of which this node is the first voter, starts its first election at once, so it has a leader
+// within a round trip of StartGroup.
 // Snapshots: SnapshotThreshold 8192, TrailingLogs 4096, checked every 30 s, 2 retained.
 // Liveness: every PingInterval, a member that answered no ping for PeerDownAfter is down.
 package cluster
@@ -38,22 +41,32 @@ const (
 	PingInterval = 500 * time.Millisecond
 	// PeerDownAfter is how long a member may go without answering a ping before it is reported down.
 	PeerDownAfter = 3 * time.Second
+	// suspectAfter is how long a member may go without answering a ping before the groups it leads are
+	// made to elect another leader (failover.go). It is shorter than PeerDownAfter: a wrong suspicion
+	// costs a leader change, a wrong "down" costs consumers.
+	suspectAfter = 1500 * time.Millisecond
 )
 
 // Raft timing and log retention (see the package documentation).
 const (
-	heartbeatTimeout   = 1500 * time.Millisecond
-	electionTimeout    = 1500 * time.Millisecond
-	leaderLeaseTimeout = 750 * time.Millisecond
-	commitTimeout      = 50 * time.Millisecond
-	maxAppendEntries   = 256
-	snapshotThreshold  = 8192
-	trailingLogs       = 4096
-	snapshotInterval   = 30 * time.Second
-	snapshotsRetained  = 2
-	transportMaxPool   = 3
-	transportTimeout   = 10 * time.Second
-	logCacheSize       = 512
+	// Raft's own failure detection is slow on purpose: a leader heartbeats each follower every
+	// heartbeatTimeout/10..heartbeatTimeout/5, and an idle cluster's cost is mostly those heartbeats.
+	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
+	// raft's timeout only catches a group that lost its leader while the leader's node lives.
+	heartbeatTimeout   = 6 * time.Second
+	electionTimeout    = 6 * time.Second
+	leaderLeaseTimeout = 3 * time.Second
+	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
+	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost
+	// almost nothing.
+	commitTimeout     = 5 * time.Second
+	maxAppendEntries  = 256
+	snapshotThreshold = 8192
+	trailingLogs      = 4096
+	snapshotInterval  = 30 * time.Second
+	snapshotsRetained = 2
+	transportTimeout  = 10 * time.Second
+	logCacheSize      = 512
 )
 
 // ErrNoLeader is returned when no leader was reachable before the deadline.
@@ -115,6 +128,15 @@ type Node struct {
 
 	live liveness
 
+	mesh *mesh // the groups' raft transport; nil in single-node mode
+
+	// One raft observer for all groups (events.go); byRaft finds a group by its raft (under mu).
+	obsCh    chan raft.Observation
+	observer *raft.Observer
+	byRaft   map[*raft.Raft]*Group
+	evStop   chan struct{} // closed once every group is closed
+	evwg     sync.WaitGroup
+
 	wg sync.WaitGroup
 }
 
@@ -138,7 +160,11 @@ func Start(cfg Config) (*Node, error) {
 		conns:    make(map[net.Conn]struct{}),
 		fwd:      make(map[string]*fwdClient),
 		errTimes: make(map[string]time.Time),
+		obsCh:    make(chan raft.Observation, obsBuffer),
+		byRaft:   make(map[*raft.Raft]*Group),
+		evStop:   make(chan struct{}),
 	}
+	n.observer = newObserver(n.obsCh)
 	n.fp, n.peersText = fingerprint(cfg.Peers)
 	n.live.init()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -154,6 +180,7 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.ln = ln
 		n.addr = ln.Addr().String()
+		n.mesh = newMesh(n)
 		n.wg.Add(2)
 		go n.acceptLoop()
 		go n.pingLoop()
@@ -161,6 +188,8 @@ func Start(cfg Config) (*Node, error) {
 		n.cancel()
 		return nil, fmt.Errorf("cluster: start node %s: %d peers but no listen address", cfg.NodeID, len(cfg.Peers))
 	}
+	n.evwg.Add(1)
+	go n.eventLoop()
 	n.log.Debug("cluster node started", "addr", n.addr, "peers", n.peersText)
 	return n, nil
 }
@@ -298,6 +327,11 @@ func (n *Node) Close() error {
 	for _, c := range clients {
 		c.close()
 	}
+	if n.mesh != nil {
+		n.mesh.close()
+	}
+	close(n.evStop)
+	n.evwg.Wait()
 	n.wg.Wait()
 	return errors.Join(errs...)
 }

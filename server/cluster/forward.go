@@ -435,12 +435,8 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 			}
 		}
 	}()
-	type item struct {
-		id uint64
-		f  raft.ApplyFuture
-		g  *Group
-	}
-	waiters := make(map[uint64]chan item)
+	// Forwarded proposals are awaited by their group's local waiter (in log order, with the group's
+	// own proposals): no goroutine per group and connection. wg counts the answers still to come.
 	var wg sync.WaitGroup
 	for {
 		body, err := readFrame(br)
@@ -466,26 +462,14 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 				out <- encodeResponse(id, codeRetry, 0, []byte("node "+n.cfg.NodeID+" is not the leader"))
 				continue
 			}
-			f, ok := g.applyTracked(d.b, timeout)
-			if !ok {
+			wg.Add(1)
+			if !g.applyForwarded(d.b, timeout, func(f raft.ApplyFuture) {
+				defer wg.Done()
+				out <- futureResponse(id, f)
+			}) {
+				wg.Done()
 				out <- encodeResponse(id, codeRetry, 0, []byte("group closing on node "+n.cfg.NodeID))
-				continue
 			}
-			ch := waiters[gid]
-			if ch == nil {
-				ch = make(chan item, fwdOutQueue)
-				waiters[gid] = ch
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for it := range ch {
-						resp := futureResponse(it.id, it.f)
-						it.g.outstanding.Add(-1)
-						out <- resp
-					}
-				}()
-			}
-			ch <- item{id: id, f: f, g: g}
 		case fwdAddVoter, fwdAddNonvoter, fwdRemoveServer:
 			sid, addr := string(d.bytes()), string(d.bytes())
 			if d.err != nil {
@@ -509,9 +493,6 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 		}
 	}
 	_ = c.Close()
-	for _, ch := range waiters {
-		close(ch)
-	}
 	wg.Wait()
 	close(out)
 	<-writerDone

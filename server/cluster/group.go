@@ -27,9 +27,6 @@ const (
 	retrySweepInterval = 50 * time.Millisecond
 )
 
-// localQueueLen bounds the proposals applied on this node (as leader) whose futures are being awaited.
-const localQueueLen = 4096
-
 // GroupConfig configures one raft group.
 type GroupConfig struct {
 	ID        uint64   // 0 = metadata group; others chosen by the caller, unique in the cluster
@@ -38,10 +35,12 @@ type GroupConfig struct {
 	Voters    []string // node ids; used only when bootstrapping (no existing state for this group on this node)
 	Nonvoters []string // idem (hashicorp Nonvoter suffrage)
 	// Bootstrap bootstraps with Voters+Nonvoters if this node has no state for the group (every member may do
-	// so with the identical configuration).
+	// so with the identical configuration). The first of Voters then starts the group's first election at
+	// once instead of after an election timeout, so a new group has a leader within a round trip of its
+	// members having started it.
 	Bootstrap bool
-	// OnLeader, if set, is called on every leadership change of THIS node for this group, from the group's
-	// event goroutine (raft waits for it: keep it short).
+	// OnLeader, if set, is called on every leadership change of THIS node for this group, in order, from a
+	// cluster goroutine that also runs the group's proposal callbacks (keep it short).
 	OnLeader func(isLeader bool)
 }
 
@@ -57,7 +56,9 @@ type ApplyError struct{ Msg string }
 // Error implements error.
 func (e *ApplyError) Error() string { return e.Msg }
 
-// Group is one running raft group on this node.
+// Group is one running raft group on this node. An idle group has no goroutine of its own besides
+// hashicorp/raft's: the goroutines that await proposals, retry them and run their callbacks start
+// when there is work and end when it is done.
 type Group struct {
 	n       *Node
 	id      uint64
@@ -66,8 +67,8 @@ type Group struct {
 	raft    *raft.Raft
 	store   *raftstore.Store
 	trans   raft.Transport
-	sl      *streamLayer // nil on the in-memory transport
-	snapDir string       // "" with in-memory snapshots
+	gt      *groupTransport // nil on the in-memory transport
+	snapDir string          // "" with in-memory snapshots
 
 	applied      atomic.Uint64
 	restoreIndex atomic.Uint64 // index of the snapshot last opened for a restore
@@ -79,40 +80,52 @@ type Group struct {
 	closed   bool
 	// outstanding counts proposals handed to raft.Apply whose futures are not answered yet.
 	outstanding atomic.Int64
-	localQ      chan localItem
 
-	rmu      sync.Mutex
-	retries  []*proposal
-	rclosed  bool
-	draining bool          // the retry loop is resubmitting the head of retries
-	retryKey chan struct{} // capacity 1: wakes the retry loop
+	// Futures of proposals applied on this node as leader (local or forwarded), awaited in log order
+	// by the local waiter while lrunning.
+	lmu      sync.Mutex
+	lq       []localItem
+	lrunning bool
 
-	dmu     sync.Mutex
-	dones   []doneItem
-	dclosed bool
-	dwake   chan struct{} // capacity 1
-	dstop   chan struct{}
+	rmu          sync.Mutex
+	retries      []*proposal
+	rclosed      bool
+	draining     bool          // the retry loop is resubmitting the head of retries
+	retryRunning bool          // the retry loop runs
+	retryKey     chan struct{} // capacity 1: wakes the retry loop
 
-	notifyCh chan bool
-	obsCh    chan raft.Observation
-	observer *raft.Observer
+	dmu      sync.Mutex
+	dones    []doneItem
+	dclosed  bool
+	drunning bool // the done runner runs
+
+	forced atomic.Bool // forceFirstElection is under way (hclogAdapter.forced)
+
+	emu       sync.Mutex
+	wasLeader bool        // the leadership last reported to OnLeader
+	kickTimer *time.Timer // a later turn at forcing an election (failover.go)
 
 	stop      chan struct{}
-	wg        sync.WaitGroup // event, retry and local-waiter goroutines
-	dwg       sync.WaitGroup // done goroutine
+	wg        sync.WaitGroup // local waiter and retry loop
+	dwg       sync.WaitGroup // done runner
 	closeOnce sync.Once
 	closeErr  error
 }
 
+// localItem is a future awaited by the local waiter: a local proposal's (p) or a forwarded one's
+// (fwd gets the future once it is answered).
 type localItem struct {
-	p *proposal
-	f raft.ApplyFuture
+	p   *proposal
+	fwd func(raft.ApplyFuture)
+	f   raft.ApplyFuture
 }
 
+// doneItem is a callback for the done runner: a proposal's completion, or fn.
 type doneItem struct {
 	p   *proposal
 	r   Result
 	err error
+	fn  func()
 }
 
 // proposal is one command on its way to the leader.
@@ -164,7 +177,7 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	if g := n.Group(cfg.ID); g != nil {
 		return g, nil
 	}
-	g, err := n.newGroup(cfg)
+	g, bootstrapped, err := n.newGroup(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start group %d (%s): %w", cfg.ID, cfg.Name, err)
 	}
@@ -176,34 +189,32 @@ func (n *Node) StartGroup(cfg GroupConfig) (*Group, error) {
 	}
 	n.groups[cfg.ID] = g
 	n.mu.Unlock()
-	g.forceFirstElection()
+	g.forceFirstElection(bootstrapped)
 	return g, nil
 }
 
-func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
-	g := &Group{
+// newGroup creates the group's raft; bootstrapped reports that this node had no state for it and
+// bootstrapped it now.
+func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error) {
+	g = &Group{
 		n:        n,
 		id:       cfg.ID,
 		name:     cfg.Name,
 		cfg:      cfg,
-		localQ:   make(chan localItem, localQueueLen),
 		retryKey: make(chan struct{}, 1),
-		dwake:    make(chan struct{}, 1),
-		dstop:    make(chan struct{}),
-		notifyCh: make(chan bool, 8),
-		obsCh:    make(chan raft.Observation, 8),
 		stop:     make(chan struct{}),
 	}
 	hl := newHclog(n.log.With("group", cfg.ID), "raft")
+	hl.forced = &g.forced
 
 	store, err := raftstore.New(n.cfg.DB, cfg.ID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	g.store = store
 	logs, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
-		return nil, fmt.Errorf("log cache: %w", err)
+		return nil, false, fmt.Errorf("log cache: %w", err)
 	}
 
 	var snaps raft.SnapshotStore
@@ -213,7 +224,7 @@ func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
 		g.snapDir = filepath.Join(n.cfg.DataDir, "raft", strconv.FormatUint(cfg.ID, 10))
 		fss, err := raft.NewFileSnapshotStoreWithLogger(g.snapDir, snapshotsRetained, hl)
 		if err != nil {
-			return nil, fmt.Errorf("snapshot store: %w", err)
+			return nil, false, fmt.Errorf("snapshot store: %w", err)
 		}
 		snaps = fss
 	}
@@ -222,13 +233,11 @@ func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
 	if n.single() {
 		_, g.trans = raft.NewInmemTransport(raft.ServerAddress(n.selfAddr()))
 	} else {
-		g.sl = newStreamLayer(n, cfg.ID)
-		g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream:  g.sl,
-			MaxPool: transportMaxPool,
-			Timeout: transportTimeout,
-			Logger:  hl,
-		})
+		gt, err := n.mesh.newTransport(cfg.ID)
+		if err != nil {
+			return nil, false, err
+		}
+		g.gt, g.trans = gt, gt
 	}
 
 	rc := raft.DefaultConfig()
@@ -246,12 +255,11 @@ func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
 	rc.TrailingLogs = trailingLogs
 	rc.SnapshotThreshold = snapshotThreshold
 	rc.SnapshotInterval = snapshotInterval
-	rc.NotifyCh = g.notifyCh
 	rc.Logger = hl
 
-	fail := func(err error) (*Group, error) {
+	fail := func(err error) (*Group, bool, error) {
 		g.closeTransport()
-		return nil, err
+		return nil, false, err
 	}
 	if cfg.Bootstrap {
 		has, err := raft.HasExistingState(logs, store, snaps)
@@ -279,9 +287,13 @@ func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
 					Suffrage: raft.Voter, ID: rc.LocalID, Address: raft.ServerAddress(n.selfAddr()),
 				}}
 			}
-			if err := raft.BootstrapCluster(rc, logs, store, snaps, g.trans, conf); err != nil {
+			// The term and the first entry in one batch, durable with the group's next synced write
+			// (raftstore.Bootstrap): starting a group waits for no sync.
+			bs := store.Bootstrap(func(err error) { n.log.Error("raft group bootstrap not stored", "group", cfg.ID, "err", err) })
+			if err := raft.BootstrapCluster(rc, bs, bs, snaps, g.trans, conf); err != nil {
 				return fail(fmt.Errorf("bootstrap: %w", err))
 			}
+			bootstrapped = true
 		}
 	}
 
@@ -294,40 +306,40 @@ func (n *Node) newGroup(cfg GroupConfig) (*Group, error) {
 		return fail(fmt.Errorf("new raft: %w", err))
 	}
 	g.raft = r
-	g.observer = raft.NewObserver(g.obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	r.RegisterObserver(g.observer)
-
-	g.wg.Add(3)
-	go g.eventLoop()
-	go g.retryLoop()
-	go g.localWaiter()
-	g.dwg.Add(1)
-	go g.doneLoop()
-	return g, nil
+	if g.gt != nil {
+		lf := func() (uint64, bool) { return r.CurrentTerm(), r.State() == raft.Leader }
+		g.gt.leader.Store(&lf)
+	}
+	n.watch(g)
+	return g, bootstrapped, nil
 }
 
-// forceFirstElection makes a group whose only voter is this node elect itself at once instead of after a
-// heartbeat timeout: lowering the heartbeat timeout wakes raft's follower loop, which, having never heard of
-// a leader, starts an election; the timeout is then restored.
-func (g *Group) forceFirstElection() {
+// forceFirstElection starts this node's election at once, instead of after a heartbeat timeout, when
+// the group's only voter is this node, or when this node just bootstrapped a new group of which it is
+// the first voter. Any member may stand for election at any time without endangering safety (votes
+// and terms decide); doing so early only matters for liveness, and only the first voter does it, so
+// members of a new group do not split its first vote. Lowering the heartbeat timeout wakes raft's
+// follower loop, which, having never heard of a leader (last contact zero), starts an election; the
+// timeout is then restored.
+func (g *Group) forceFirstElection(bootstrapped bool) {
 	conf, err := g.configuration()
 	if err != nil {
 		return
 	}
+	self := raft.ServerID(g.n.cfg.NodeID)
 	voters := 0
-	self := false
+	isVoter := false
 	for _, s := range conf.Servers {
 		if s.Suffrage == raft.Voter {
 			voters++
-			self = self || s.ID == raft.ServerID(g.n.cfg.NodeID)
+			isVoter = isVoter || s.ID == self
 		}
 	}
-	if voters != 1 || !self {
+	first := bootstrapped && len(g.cfg.Voters) > 1 && raft.ServerID(g.cfg.Voters[0]) == self
+	if !isVoter || !(voters == 1 || first) {
 		return
 	}
+	g.forced.Store(true)
 	orig := g.raft.ReloadableConfig()
 	fast := orig
 	fast.HeartbeatTimeout = orig.HeartbeatTimeout - time.Millisecond
@@ -338,12 +350,8 @@ func (g *Group) forceFirstElection() {
 }
 
 func (g *Group) closeTransport() {
-	if nt, ok := g.trans.(*raft.NetworkTransport); ok {
-		nt.CloseStreams()
-		_ = nt.Close()
-	}
-	if g.sl != nil {
-		_ = g.sl.Close()
+	if g.gt != nil {
+		_ = g.gt.Close()
 	}
 }
 
@@ -394,6 +402,9 @@ func (g *Group) Nonvoters() []string { return g.servers(raft.Nonvoter) }
 // setApplied records that the FSM applied index and wakes WaitApplied.
 func (g *Group) setApplied(index uint64) {
 	g.applied.Store(index)
+	if g.gt != nil {
+		g.gt.committed(index) // a no-op unless this node leads (checked when the push is due)
+	}
 	if g.waiters.Load() > 0 {
 		g.wmu.Lock()
 		if g.wch != nil {
@@ -472,6 +483,7 @@ func (g *Group) submitNew(p *proposal) {
 	g.rmu.Lock()
 	if (len(g.retries) > 0 || g.draining) && !g.rclosed {
 		g.retries = append(g.retries, p)
+		g.ensureRetryLoopLocked()
 		g.rmu.Unlock()
 		g.wakeRetries()
 		return
@@ -497,7 +509,7 @@ func (g *Group) submit(p *proposal) {
 	if g.raft.State() == raft.Leader {
 		g.outstanding.Add(1) // under submitMu, with closed checked: see Close
 		f := g.raft.Apply(p.cmd, p.deadline.Sub(now))
-		g.localQ <- localItem{p: p, f: f}
+		g.awaitLocal(localItem{p: p, f: f})
 		return
 	}
 	addr, id := g.raft.LeaderWithID()
@@ -519,12 +531,44 @@ func (g *Group) noLeaderErr(p *proposal) error {
 	return fmt.Errorf("cluster: group %d (%s): propose: %w", g.id, g.name, ErrNoLeader)
 }
 
-// localWaiter awaits, in log order, the futures of proposals applied on this node as leader.
+// awaitLocal queues a future for the local waiter, starting it if needed. The caller holds submitMu
+// (read) and has checked that the group is not closed.
+func (g *Group) awaitLocal(it localItem) {
+	g.lmu.Lock()
+	g.lq = append(g.lq, it)
+	start := !g.lrunning
+	if start {
+		g.lrunning = true
+		g.wg.Add(1)
+	}
+	g.lmu.Unlock()
+	if start {
+		go g.localWaiter()
+	}
+}
+
+// localWaiter awaits, in log order, the futures of proposals applied on this node as leader, and ends
+// when none is left.
 func (g *Group) localWaiter() {
 	defer g.wg.Done()
-	for it := range g.localQ {
+	for {
+		g.lmu.Lock()
+		if len(g.lq) == 0 {
+			g.lq = nil
+			g.lrunning = false
+			g.lmu.Unlock()
+			return
+		}
+		it := g.lq[0]
+		g.lq[0] = localItem{}
+		g.lq = g.lq[1:]
+		g.lmu.Unlock()
 		err := it.f.Error()
 		g.outstanding.Add(-1)
+		if it.fwd != nil {
+			it.fwd(it.f)
+			continue
+		}
 		if err == nil {
 			res := Result{Index: it.f.Index()}
 			switch v := it.f.Response().(type) {
@@ -557,10 +601,21 @@ func (g *Group) retryLater(p *proposal) {
 	}
 	first := len(g.retries) == 0
 	g.retries = append(g.retries, p)
+	g.ensureRetryLoopLocked()
 	g.rmu.Unlock()
 	if first {
 		g.wakeRetries()
 	}
+}
+
+// ensureRetryLoopLocked starts the retry loop if it is not running (rmu held).
+func (g *Group) ensureRetryLoopLocked() {
+	if g.retryRunning || g.rclosed {
+		return
+	}
+	g.retryRunning = true
+	g.wg.Add(1)
+	go g.retryLoop()
 }
 
 func (g *Group) wakeRetries() {
@@ -626,15 +681,23 @@ func (g *Group) retryLoop() {
 				g.draining = true
 			}
 		}
+		exit := false
 		if head == nil {
 			g.draining = false
 			if len(g.retries) == 0 {
+				// Nothing left: the loop ends (retryLater starts another when needed).
 				g.retries = nil
+				g.retryRunning = false
+				exit = true
 			}
 		}
 		g.rmu.Unlock()
 		for _, p := range expired {
 			g.finish(p, Result{}, g.noLeaderErr(p))
+		}
+		if exit {
+			timer.Stop()
+			return
 		}
 		if head != nil {
 			g.submit(head)
@@ -652,13 +715,9 @@ func (g *Group) retryLoop() {
 		case <-g.stop:
 			timer.Stop()
 			g.rmu.Lock()
-			rest := g.retries
-			g.retries = nil
-			g.rclosed = true
+			g.retryRunning = false
 			g.rmu.Unlock()
-			for _, p := range rest {
-				g.finish(p, Result{}, fmt.Errorf("cluster: group %d (%s): propose: %w", g.id, g.name, ErrClosed))
-			}
+			g.failRetries()
 			return
 		case <-g.retryKey:
 		case <-tc:
@@ -672,6 +731,18 @@ func (g *Group) retryLoop() {
 	}
 }
 
+// failRetries closes the retry queue and fails what it holds (the group is closing).
+func (g *Group) failRetries() {
+	g.rmu.Lock()
+	rest := g.retries
+	g.retries = nil
+	g.rclosed = true
+	g.rmu.Unlock()
+	for _, p := range rest {
+		g.finish(p, Result{}, fmt.Errorf("cluster: group %d (%s): propose: %w", g.id, g.name, ErrClosed))
+	}
+}
+
 // leaderKnown reports whether a proposal can be sent: this node leads or knows another leader.
 func (g *Group) leaderKnown() bool {
 	if g.raft.State() == raft.Leader {
@@ -681,86 +752,97 @@ func (g *Group) leaderKnown() bool {
 	return id != "" && string(id) != g.n.cfg.NodeID && !g.n.single()
 }
 
-// finish completes p exactly once; done runs on the group's done goroutine.
+// finish completes p exactly once; done runs on the group's done runner.
 func (g *Group) finish(p *proposal, r Result, err error) {
 	if p.finished.Swap(true) {
 		return
 	}
+	g.runDone(doneItem{p: p, r: r, err: err})
+}
+
+// runDone queues a callback for the done runner, starting it if needed; once the group is closed it
+// runs the callback on the calling goroutine.
+func (g *Group) runDone(it doneItem) {
 	g.dmu.Lock()
 	if g.dclosed {
 		g.dmu.Unlock()
-		p.done(r, err)
+		it.run()
 		return
 	}
-	first := len(g.dones) == 0
-	g.dones = append(g.dones, doneItem{p: p, r: r, err: err})
+	g.dones = append(g.dones, it)
+	start := !g.drunning
+	if start {
+		g.drunning = true
+		g.dwg.Add(1)
+	}
 	g.dmu.Unlock()
-	if first {
-		select {
-		case g.dwake <- struct{}{}:
-		default:
-		}
+	if start {
+		go g.doneLoop()
 	}
 }
 
-// doneLoop runs the done callbacks in completion order.
+func (it *doneItem) run() {
+	if it.fn != nil {
+		it.fn()
+		return
+	}
+	it.p.done(it.r, it.err)
+}
+
+// doneLoop runs the done callbacks in completion order and ends when none is left.
 func (g *Group) doneLoop() {
 	defer g.dwg.Done()
 	var spare []doneItem
 	for {
-		stopping := false
-		select {
-		case <-g.dwake:
-		case <-g.dstop:
-			stopping = true
-		}
 		g.dmu.Lock()
 		items := g.dones
+		if len(items) == 0 {
+			g.dones = nil
+			g.drunning = false
+			g.dmu.Unlock()
+			return
+		}
 		g.dones = spare[:0]
 		g.dmu.Unlock()
 		for i := range items {
-			items[i].p.done(items[i].r, items[i].err)
+			items[i].run()
 			items[i] = doneItem{}
 		}
 		spare = items
-		if stopping {
-			return
-		}
 	}
 }
 
-// eventLoop consumes leadership notifications and leader observations.
-func (g *Group) eventLoop() {
-	defer g.wg.Done()
-	for {
-		select {
-		case isLeader := <-g.notifyCh:
-			if g.cfg.OnLeader != nil {
-				g.cfg.OnLeader(isLeader)
-			}
-			g.kickRetries()
-		case <-g.obsCh:
-			g.kickRetries()
-		case <-g.stop:
-			return
-		}
+// leadership is told of this node's raft state for the group (by the node's observer): it reports
+// every change to OnLeader, in order, and resubmits queued proposals.
+func (g *Group) leadership(leader bool) {
+	if leader {
+		g.forced.Store(false)
 	}
+	g.emu.Lock()
+	changed := leader != g.wasLeader
+	g.wasLeader = leader
+	if changed && g.cfg.OnLeader != nil {
+		// Queued under emu so that the callbacks keep the order of the changes.
+		g.runDone(doneItem{fn: func() { g.cfg.OnLeader(leader) }})
+	}
+	g.emu.Unlock()
+	g.kickRetries()
 }
 
 // closeDrainMax bounds how long Close waits for issued proposals to be answered.
 const closeDrainMax = 5 * time.Second
 
-// applyTracked is raft.Apply for proposals whose future someone waits for: it refuses once the group
-// is closing (ok false) and counts the future in outstanding; the waiter decrements it once the
-// future is answered.
-func (g *Group) applyTracked(cmd []byte, timeout time.Duration) (f raft.ApplyFuture, ok bool) {
+// applyForwarded is raft.Apply for a proposal forwarded by another node: done gets the answered future
+// from the group's local waiter. It refuses once the group is closing (false; done is not called).
+func (g *Group) applyForwarded(cmd []byte, timeout time.Duration, done func(raft.ApplyFuture)) bool {
 	g.submitMu.RLock()
 	defer g.submitMu.RUnlock()
 	if g.closed {
-		return nil, false
+		return false
 	}
 	g.outstanding.Add(1)
-	return g.raft.Apply(cmd, timeout), true
+	g.awaitLocal(localItem{fwd: done, f: g.raft.Apply(cmd, timeout)})
+	return true
 }
 
 // Close stops the group and keeps its data (node shutdown).
@@ -779,18 +861,26 @@ func (g *Group) Close() error {
 			if n := g.outstanding.Load(); n > 0 {
 				g.n.log.Warn("closing a raft group with proposals still unanswered", "group", g.id, "proposals", n)
 			}
-			if err := g.raft.Shutdown().Error(); err != nil {
+			sf := g.raft.Shutdown()
+			if g.gt != nil {
+				g.gt.stopCalls() // raft's replication goroutines must not wait for peers' answers
+			}
+			if err := sf.Error(); err != nil {
 				errs = append(errs, fmt.Errorf("cluster: group %d: shutdown: %w", g.id, err))
 			}
-			g.raft.DeregisterObserver(g.observer)
+			g.n.unwatch(g)
+			g.emu.Lock()
+			if g.kickTimer != nil {
+				g.kickTimer.Stop()
+			}
+			g.emu.Unlock()
 			close(g.stop)
-			close(g.localQ)
+			g.failRetries()
 			g.n.cancelForwards(g)
 			g.wg.Wait()
 			g.dmu.Lock()
 			g.dclosed = true
 			g.dmu.Unlock()
-			close(g.dstop)
 			g.dwg.Wait()
 		}
 		g.closeTransport()

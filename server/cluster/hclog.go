@@ -6,6 +6,7 @@ import (
 	"log"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -17,7 +18,13 @@ type hclogAdapter struct {
 	log  *slog.Logger
 	name string
 	args []any
+	// forced, if set, is true while this node forces the group's first election: raft's heartbeat
+	// timeout warning that follows is then expected and logged at debug level.
+	forced *atomic.Bool
 }
+
+// forcedElectionMsg is what raft logs when its follower loop starts an election.
+const forcedElectionMsg = "heartbeat timeout reached, starting election"
 
 var _ hclog.Logger = (*hclogAdapter)(nil)
 
@@ -39,6 +46,9 @@ func (h *hclogAdapter) level(l hclog.Level) slog.Level {
 // Log implements hclog.Logger.
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	lv := h.level(level)
+	if h.forced != nil && msg == forcedElectionMsg && h.forced.CompareAndSwap(true, false) {
+		lv = slog.LevelDebug
+	}
 	ctx := context.Background()
 	if !h.log.Enabled(ctx, lv) {
 		return

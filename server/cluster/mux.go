@@ -47,12 +47,9 @@ func (n *Node) acceptLoop() {
 
 // handleConn reads the header of an accepted connection and serves it.
 func (n *Node) handleConn(c net.Conn) {
-	handedOff := false
 	defer func() {
 		n.untrackConn(c)
-		if !handedOff {
-			_ = c.Close()
-		}
+		_ = c.Close()
 	}()
 	_ = c.SetReadDeadline(time.Now().Add(headerReadTimeout))
 	br := bufio.NewReaderSize(c, 64<<10)
@@ -68,22 +65,23 @@ func (n *Node) handleConn(c net.Conn) {
 		return
 	}
 	switch tag {
-	case tagRaft:
+	case tagMux:
+		if _, err := br.ReadByte(); err != nil { // the lane: both are served alike
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		if n.mesh != nil {
+			n.mesh.serveMux(c, br)
+		}
+	case tagSnapshot:
 		gid, err := binary.ReadUvarint(br)
 		if err != nil {
 			return
 		}
 		_ = c.SetReadDeadline(time.Time{})
-		g := n.Group(gid)
-		if g == nil || g.sl == nil {
-			return // not running here (yet): raft retries
+		if n.mesh != nil {
+			n.mesh.serveSnapshot(c, br, gid)
 		}
-		var conn net.Conn = c
-		if br.Buffered() > 0 {
-			// The dialler writes the raft RPC right after the header: keep what was read ahead.
-			conn = &bufferedConn{Conn: c, r: br}
-		}
-		handedOff = g.sl.handoff(conn)
 	case tagForward:
 		_ = c.SetReadDeadline(time.Time{})
 		n.serveForward(c, br)
@@ -95,11 +93,3 @@ func (n *Node) handleConn(c net.Conn) {
 		n.serveService(c, br)
 	}
 }
-
-// bufferedConn is a net.Conn whose first bytes were read ahead into r.
-type bufferedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }

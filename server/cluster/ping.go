@@ -28,10 +28,11 @@ type liveness struct {
 }
 
 type peerState struct {
-	addr   string
-	lastOK time.Time
-	up     bool
-	stop   chan struct{}
+	addr    string
+	lastOK  time.Time
+	up      bool
+	suspect bool // no ping answered for suspectAfter
+	stop    chan struct{}
 }
 
 func (l *liveness) init() { l.peers = make(map[string]*peerState) }
@@ -41,6 +42,14 @@ func (l *liveness) up(id string) bool {
 	defer l.mu.Unlock()
 	st := l.peers[id]
 	return st != nil && st.up
+}
+
+// suspected reports whether member id has answered no ping for suspectAfter.
+func (l *liveness) suspected(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.peers[id]
+	return st != nil && st.suspect
 }
 
 func (l *liveness) ok(id string) {
@@ -75,6 +84,7 @@ func (n *Node) pingLoop() {
 			up bool
 		}
 		var changes []change
+		var suspects []string
 		n.live.mu.Lock()
 		want := make(map[string]string, len(members))
 		for _, m := range members {
@@ -104,8 +114,16 @@ func (n *Node) pingLoop() {
 				st.up = up
 				changes = append(changes, change{id, up})
 			}
+			sus := now.Sub(st.lastOK) >= suspectAfter
+			if sus && !st.suspect {
+				suspects = append(suspects, id)
+			}
+			st.suspect = sus
 		}
 		n.live.mu.Unlock()
+		for _, id := range suspects {
+			n.failover(id)
+		}
 		for _, c := range changes {
 			if c.up {
 				n.log.Info("cluster peer is up", "peer", c.id)

@@ -15,10 +15,11 @@ import (
 
 // Connection tags: the first byte of every connection to the cluster port.
 const (
-	tagRaft    byte = 'R' // header, then a uvarint group id; the rest is hashicorp/raft's NetworkTransport
-	tagForward byte = 'F' // header, then pipelined forwarded proposals and membership changes
-	tagPing    byte = 'P' // header, then a hello exchange and liveness pings
-	tagAdmin   byte = 'A' // header, then one JSON admin request and its answer
+	tagMux      byte = 'M' // header, then a lane byte; then raft request frames of every group (mesh.go)
+	tagSnapshot byte = 'S' // header, then a uvarint group id; then one InstallSnapshot and its data
+	tagForward  byte = 'F' // header, then pipelined forwarded proposals and membership changes
+	tagPing     byte = 'P' // header, then a hello exchange and liveness pings
+	tagAdmin    byte = 'A' // header, then one JSON admin request and its answer
 )
 
 // Header flags (second byte).
@@ -140,6 +141,9 @@ func (d *decoder) bytes() []byte {
 	if uint64(len(d.b)) < l {
 		d.err = errShortFrame
 		return nil
+	}
+	if l == 0 {
+		return nil // as encoded from nil or empty alike
 	}
 	v := d.b[:l:l]
 	d.b = d.b[l:]

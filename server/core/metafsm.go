@@ -91,21 +91,35 @@ type metaFSM struct{ b *Broker }
 
 // Apply implements raft.FSM.
 func (f *metaFSM) Apply(l *raft.Log) any {
+	f.ApplyBatch([]*raft.Log{l})
+	return nil
+}
+
+// ApplyBatch implements raft.BatchingFSM: a burst of changes (many declarations at once) is
+// written as one storage batch with the last applied index, instead of one batch per entry.
+func (f *metaFSM) ApplyBatch(logs []*raft.Log) []any {
 	b := f.b
-	if l.Type != raft.LogCommand || l.Index <= b.applied.Load() {
-		return nil
-	}
 	var batch storage.Batch
-	b.applyMeta(l.Data, &batch)
-	b.applied.Store(l.Index)
-	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, l.Index))
+	var last uint64
+	for _, l := range logs {
+		if l.Type != raft.LogCommand || l.Index <= b.applied.Load() {
+			continue
+		}
+		b.applyMeta(l.Data, &batch)
+		b.applied.Store(l.Index)
+		last = l.Index
+	}
+	if last == 0 {
+		return make([]any, len(logs))
+	}
+	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, last))
 	batch.UseReserve() // metadata changes are small and must work while a full disk is drained
 	b.db.Commit(&batch, func(err error) {
 		if err != nil {
-			b.log.Error("cannot store metadata", "index", l.Index, "err", err)
+			b.log.Error("cannot store metadata", "index", last, "err", err)
 		}
 	})
-	return nil
+	return make([]any, len(logs))
 }
 
 // applyMeta carries out one command on this node, putting the record changes in batch.

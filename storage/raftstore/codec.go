@@ -19,14 +19,15 @@ const logFormatV1 byte = 1
 
 const flagAppendedAt byte = 1 << 0
 
-// maxEncodedLen is an upper bound of the encoded size of l.
-func maxEncodedLen(l *raft.Log) int {
+// MaxEncodedLen is an upper bound of the encoded size of l.
+func MaxEncodedLen(l *raft.Log) int {
 	return 2 + 2*binary.MaxVarintLen64 + 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32 +
 		binary.MaxVarintLen64 + len(l.Extensions) + len(l.Data)
 }
 
-// appendLog appends the encoding of l to dst.
-func appendLog(dst []byte, l *raft.Log) []byte {
+// AppendLog appends the encoding of l to dst. The cluster transport sends log entries in the same
+// encoding as they are stored, so one codec serves both.
+func AppendLog(dst []byte, l *raft.Log) []byte {
 	var flags byte
 	if !l.AppendedAt.IsZero() {
 		flags |= flagAppendedAt
@@ -44,8 +45,9 @@ func appendLog(dst []byte, l *raft.Log) []byte {
 	return append(dst, l.Data...)
 }
 
-// decodeLog decodes b into l. l.Data and l.Extensions alias b (nil when empty).
-func decodeLog(b []byte, l *raft.Log) error {
+// DecodeLog decodes b into l. l.Data and l.Extensions alias b (nil when empty). A malformed entry gives
+// an error wrapping storage.ErrCorrupt.
+func DecodeLog(b []byte, l *raft.Log) error {
 	d := decoder{b: b}
 	if v := d.byte(); d.err == nil && v != logFormatV1 {
 		return fmt.Errorf("%w: unknown log entry format version %d", storage.ErrCorrupt, v)

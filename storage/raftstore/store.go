@@ -4,7 +4,8 @@
 //
 // The first and last log index are loaded once when the Store is created and then kept in atomics, so
 // FirstIndex and LastIndex never touch badger (badger iterators would walk the tombstones DeleteRange
-// leaves behind). Every write goes through the DB's group committer and is durable when the call returns.
+// leaves behind). Every write goes through the DB's group committer and is durable when the call returns,
+// except those of the Bootstrap view (see there).
 //
 // Wrap the Store in raft.NewLogCache for the leader's replication reads. Exactly one Store may exist per
 // group and DB at a time: the cached indexes are not shared.
@@ -14,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -36,7 +38,13 @@ type Store struct {
 	group uint64
 
 	// wmu serialises the log writes (StoreLogs, DeleteRange, Drop) with the updates of first and last.
-	wmu   sync.Mutex
+	wmu sync.Mutex
+	// Writes queued without waiting (Bootstrap) and not written yet, served to readers meanwhile:
+	// encoded entries by index, stable values by key.
+	amu   sync.Mutex
+	aLogs map[uint64][]byte
+	aKeys map[string][]byte
+
 	first atomic.Uint64 // lowest stored index, 0 when the log is empty
 	last  atomic.Uint64 // highest stored index, 0 when the log is empty
 }
@@ -92,6 +100,12 @@ func (s *Store) LastIndex() (uint64, error) { return s.last.Load(), nil }
 
 // GetLog reads the entry at index into log. It returns raft.ErrLogNotFound when there is none.
 func (s *Store) GetLog(index uint64, log *raft.Log) error {
+	s.amu.Lock()
+	val, queued := s.aLogs[index]
+	s.amu.Unlock()
+	if queued {
+		return DecodeLog(val, log)
+	}
 	first := s.first.Load()
 	if first == 0 || index < first || index > s.last.Load() {
 		return raft.ErrLogNotFound
@@ -103,7 +117,7 @@ func (s *Store) GetLog(index uint64, log *raft.Log) error {
 	if err != nil {
 		return fmt.Errorf("raftstore: group %d: get log %d: %w", s.group, index, err)
 	}
-	if err := decodeLog(val, log); err != nil {
+	if err := DecodeLog(val, log); err != nil {
 		return fmt.Errorf("raftstore: group %d: log %d: %w", s.group, index, err)
 	}
 	if log.Index != index {
@@ -122,6 +136,14 @@ func (s *Store) StoreLog(log *raft.Log) error {
 // not be contiguous with the stored ones. Index 0 is refused: raft never uses it and FirstIndex and
 // LastIndex use 0 for an empty log.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
+	return s.storeLogs(logs, nil, nil, nil)
+}
+
+// storeLogs is StoreLogs, with the writes of extra (the stable values extraKeys) in the same batch.
+// With async it returns once the batch is queued: the DB writes batches in order, so it is durable
+// with the next synced write; until it is written, GetLog and Get serve its values; async gets the
+// write's outcome.
+func (s *Store) storeLogs(logs []*raft.Log, extra *storage.Batch, extraKeys map[string][]byte, async func(error)) error {
 	if len(logs) == 0 {
 		return nil
 	}
@@ -135,18 +157,21 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("raftstore: group %d: store logs: entry with index 0", s.group)
 		}
 		lo, hi = min(lo, l.Index), max(hi, l.Index)
-		size += maxEncodedLen(l)
+		size += MaxEncodedLen(l)
 	}
 	// One buffer for all keys and one for all values: the batch keeps sub-slices of them until the commit
 	// is done, and nothing writes to a sub-slice once it was taken.
 	keys := make([]byte, 0, 17*len(logs))
 	vals := make([]byte, 0, size)
 	var b storage.Batch
+	if extra != nil {
+		b = *extra
+	}
 	for _, l := range logs {
 		k := len(keys)
 		keys = storage.AppendU64U64Key(keys, storage.PrefixRaftLog, s.group, l.Index)
 		v := len(vals)
-		vals = appendLog(vals, l)
+		vals = AppendLog(vals, l)
 		b.Set(keys[k:len(keys):len(keys)], vals[v:len(vals):len(vals)])
 	}
 
@@ -156,7 +181,35 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	b.UseReserve()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.db.CommitSync(&b); err != nil {
+	if async != nil {
+		s.amu.Lock()
+		if s.aLogs == nil {
+			s.aLogs, s.aKeys = make(map[uint64][]byte), make(map[string][]byte)
+		}
+		queuedLogs := make(map[uint64][]byte, len(logs))
+		for _, l := range logs {
+			v := AppendLog(nil, l)
+			s.aLogs[l.Index], queuedLogs[l.Index] = v, v
+		}
+		queuedKeys := maps.Clone(extraKeys)
+		for k, v := range extraKeys {
+			s.aKeys[k] = v
+		}
+		s.amu.Unlock()
+		s.db.Commit(&b, func(err error) {
+			s.amu.Lock()
+			for i, v := range queuedLogs {
+				if w, ok := s.aLogs[i]; ok && &w[0] == &v[0] {
+					delete(s.aLogs, i)
+				}
+			}
+			for k := range queuedKeys {
+				delete(s.aKeys, k)
+			}
+			s.amu.Unlock()
+			async(err)
+		})
+	} else if err := s.db.CommitSync(&b); err != nil {
 		// A batch larger than one badger transaction may be partly written: re-read the bounds.
 		_ = s.reload()
 		return fmt.Errorf("raftstore: group %d: store logs %d..%d: %w", s.group, lo, hi, err)
@@ -317,6 +370,12 @@ func (s *Store) Set(key []byte, val []byte) error {
 // Get returns the value stored under key, or ErrKeyNotFound. A key set to an empty value returns an empty,
 // non-nil slice.
 func (s *Store) Get(key []byte) ([]byte, error) {
+	s.amu.Lock()
+	qv, queued := s.aKeys[string(key)]
+	s.amu.Unlock()
+	if queued {
+		return qv, nil
+	}
 	val, err := s.db.Get(storage.RaftStableKey(s.group, key))
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, ErrKeyNotFound
@@ -346,4 +405,85 @@ func (s *Store) GetUint64(key []byte) (uint64, error) {
 			s.group, key, storage.ErrCorrupt, len(val))
 	}
 	return binary.BigEndian.Uint64(val), nil
+}
+
+// Bootstrap is the Store as raft.BootstrapCluster should see it: it keeps the stable-store writes
+// (the current term) and writes them in the batch of the first log entry, without waiting for that
+// batch to be durable, so that bootstrapping a group waits for no sync at all. The DB writes batches
+// in order, so the bootstrap state is durable before anything the group writes next with a sync (a
+// vote, a log entry); if the node crashes before, the group has no state and is bootstrapped again,
+// identically, and nothing else saw the lost state.
+type Bootstrap struct {
+	*Store
+	pending storage.Batch
+	sets    map[string][]byte
+	onErr   func(error)
+}
+
+// Bootstrap returns the bootstrapping view of s (for raft.BootstrapCluster only); onErr is told of a
+// failed write (after Bootstrap's methods returned).
+func (s *Store) Bootstrap(onErr func(error)) *Bootstrap {
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	return &Bootstrap{Store: s, sets: make(map[string][]byte), onErr: onErr}
+}
+
+// Set implements raft.StableStore: the write waits for the next StoreLogs (or Flush).
+func (b *Bootstrap) Set(key, val []byte) error {
+	b.pending.Set(storage.RaftStableKey(b.group, key), val)
+	b.sets[string(key)] = val
+	return nil
+}
+
+// SetUint64 implements raft.StableStore (see Set).
+func (b *Bootstrap) SetUint64(key []byte, val uint64) error {
+	return b.Set(key, binary.BigEndian.AppendUint64(make([]byte, 0, 8), val))
+}
+
+// Get implements raft.StableStore, seeing the pending writes.
+func (b *Bootstrap) Get(key []byte) ([]byte, error) {
+	if v, ok := b.sets[string(key)]; ok {
+		return v, nil
+	}
+	return b.Store.Get(key)
+}
+
+// GetUint64 implements raft.StableStore, seeing the pending writes.
+func (b *Bootstrap) GetUint64(key []byte) (uint64, error) {
+	if v, ok := b.sets[string(key)]; ok && len(v) == 8 {
+		return binary.BigEndian.Uint64(v), nil
+	}
+	return b.Store.GetUint64(key)
+}
+
+// StoreLog implements raft.LogStore, with the pending stable writes in the same batch.
+func (b *Bootstrap) StoreLog(l *raft.Log) error { return b.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore, with the pending stable writes in the same batch.
+func (b *Bootstrap) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	err := b.storeLogs(logs, &b.pending, b.sets, func(err error) {
+		if err != nil {
+			b.onErr(fmt.Errorf("raftstore: group %d: bootstrap: %w", b.group, err))
+		}
+	})
+	b.pending = storage.Batch{}
+	b.sets = make(map[string][]byte)
+	return err
+}
+
+// Flush writes the stable-store writes still pending (none after a bootstrap that stored its entry)
+// and waits until everything the view wrote is durable.
+func (b *Bootstrap) Flush() error {
+	b.pending.UseReserve() // as Store.Set: terms and votes must be written on a nearly full disk
+	err := b.db.CommitSync(&b.pending)
+	b.pending = storage.Batch{}
+	clear(b.sets)
+	if err != nil {
+		return fmt.Errorf("raftstore: group %d: bootstrap: %w", b.group, err)
+	}
+	return nil
 }

@@ -490,7 +490,7 @@ func TestDamagedEntry(t *testing.T) {
 	db := openDB(t, "")
 	s := newStore(t, db, 1)
 	mustStore(t, s, entries(1, 3))
-	good := appendLog(nil, entry(2, "log2"))
+	good := AppendLog(nil, entry(2, "log2"))
 	for name, val := range map[string][]byte{
 		"empty":             {},
 		"unknown version":   append([]byte{9}, good[1:]...),
@@ -509,7 +509,7 @@ func TestDamagedEntry(t *testing.T) {
 	}
 	// An entry stored under the wrong index is damage too.
 	var b storage.Batch
-	b.Set(storage.RaftLogKey(1, 2), appendLog(nil, entry(3, "log3")))
+	b.Set(storage.RaftLogKey(1, 2), AppendLog(nil, entry(3, "log3")))
 	if err := db.CommitSync(&b); err != nil {
 		t.Fatalf("CommitSync: %v", err)
 	}
@@ -640,11 +640,65 @@ func TestConcurrentUse(t *testing.T) {
 
 func TestEncodingIsCompact(t *testing.T) {
 	l := &raft.Log{Index: 1000, Term: 5, Type: raft.LogCommand, Data: []byte("0123456789")}
-	if n := len(appendLog(nil, l)); n > 2+2+1+1+1+10 {
+	if n := len(AppendLog(nil, l)); n > 2+2+1+1+1+10 {
 		t.Fatalf("encoded size %d bytes for 10 bytes of data", n)
 	}
 	var got raft.Log
-	if err := decodeLog(appendLog(nil, l), &got); err != nil || !reflect.DeepEqual(&got, l) {
+	if err := DecodeLog(AppendLog(nil, l), &got); err != nil || !reflect.DeepEqual(&got, l) {
 		t.Fatalf("round trip = %+v, %v", got, err)
+	}
+}
+
+// TestBootstrapOneBatch checks that the bootstrap view keeps the stable writes until the first entry is
+// stored, serves them meanwhile, and then has written both.
+func TestBootstrapOneBatch(t *testing.T) {
+	db := openDB(t, "")
+	s := newStore(t, db, 7)
+	b := s.Bootstrap(func(err error) { t.Errorf("bootstrap write: %v", err) })
+	if err := b.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("pending GetUint64 = %d, %v; want 1", v, err)
+	}
+	if _, err := s.GetUint64([]byte("CurrentTerm")); !errors.Is(err, ErrKeyNotFound) {
+		t.Fatalf("the term is on the store before the entry: %v", err)
+	}
+	if err := b.StoreLog(entry(1, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := s.LastIndex(); last != 1 {
+		t.Fatalf("LastIndex = %d, want 1", last)
+	}
+	// Queued or written, the store serves both at once.
+	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("after StoreLog: GetUint64 = %d, %v; want 1", v, err)
+	}
+	var got raft.Log
+	if err := s.GetLog(1, &got); err != nil || string(got.Data) != "conf" {
+		t.Fatalf("after StoreLog: GetLog(1) = %+v, %v", got, err)
+	}
+	if err := b.Flush(); err != nil { // waits for the queued batch
+		t.Fatal(err)
+	}
+	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 1 {
+		t.Fatalf("after StoreLog and Flush: GetUint64 = %d, %v; want 1", v, err)
+	}
+	// A reopened store sees both.
+	s2 := newStore(t, db, 7)
+	var l raft.Log
+	if err := s2.GetLog(1, &l); err != nil || string(l.Data) != "conf" {
+		t.Fatalf("GetLog(1) = %+v, %v", l, err)
+	}
+	// Flush writes what no entry took.
+	b2 := s2.Bootstrap(nil)
+	if err := b2.Set([]byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s2.Get([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("after Flush: Get = %q, %v", v, err)
 	}
 }

@@ -51,7 +51,7 @@ func Command() *cli.Command {
 				Action: benchAction,
 			},
 			declareCommand(),
-		}, floorCommands()...),
+		}, append(floorCommands(), clusterCommand())...),
 	}
 }
 

@@ -1,0 +1,125 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Node-level failure detection for every group.
+//
+// Raft's heartbeat timeout is long here (heartbeatTimeout) so that idle groups cost little. When a
+// member answers no ping for suspectAfter, this node makes each group whose leader is that member,
+// and of which it is a follower that has not heard from the leader for as long, elect a new leader
+// at once: exactly one of the group's live voters (by a per-group order every node computes alike)
+// gets a TimeoutNow from its own transport, the RPC a leader sends to hand over its leadership. It
+// becomes a candidate without a pre-vote and asks for votes with the leadership-transfer flag, which
+// the other voters grant even though they still know the old leader (they would refuse an ordinary
+// candidate until their own, long, timeout). If that voter cannot win (its log is behind), the next
+// one in the order tries kickStagger later, and so on.
+//
+// Safety does not depend on any of this: a TimeoutNow only starts an election, and an election
+// elects at most one leader per term however it started (one vote per voter and term, and only for
+// a candidate whose log is at least as up to date). A wrong suspicion (a leader that lives but did
+// not answer pings for suspectAfter) costs a leader change, not a confirmed write.
+
+// kickStagger separates the voters' turns at forcing an election.
+const kickStagger = time.Second
+
+// failover forces elections in the groups that member peer led (peer is suspected down).
+func (n *Node) failover(peer string) {
+	n.mu.Lock()
+	groups := make([]*Group, 0, len(n.groups))
+	for _, g := range n.groups {
+		groups = append(groups, g)
+	}
+	n.mu.Unlock()
+	kicked, later := 0, 0
+	for _, g := range groups {
+		switch g.kick(peer, 0) {
+		case kickNow:
+			kicked++
+		case kickLater:
+			later++
+		}
+	}
+	if kicked+later > 0 {
+		n.log.Warn("cluster peer answers no pings: electing new leaders for the groups it led",
+			"peer", peer, "after", suspectAfter, "elections", kicked, "deferred", later)
+	}
+}
+
+type kickOutcome int
+
+const (
+	kickNone kickOutcome = iota
+	kickNow
+	kickLater
+)
+
+// kick forces an election of group g on this node if peer, suspected down, leads it, this node has
+// not heard from it for suspectAfter, and it is this node's turn: its rank among the group's voters
+// that are not suspected is at most turn (a later turn is scheduled otherwise).
+func (g *Group) kick(peer string, turn int) kickOutcome {
+	if g.gt == nil || g.raft.State() != raft.Follower {
+		return kickNone
+	}
+	_, lid := g.raft.LeaderWithID()
+	// On a later turn the leader may be unknown: an earlier voter's failed election cleared it.
+	if string(lid) != peer && (turn == 0 || lid != "") {
+		return kickNone
+	}
+	if time.Since(g.raft.LastContact()) < suspectAfter {
+		return kickNone
+	}
+	conf, err := g.configuration()
+	if err != nil {
+		return kickNone
+	}
+	var live []string
+	for _, s := range conf.Servers {
+		id := string(s.ID)
+		if s.Suffrage == raft.Voter && id != peer && (id == g.n.cfg.NodeID || !g.n.live.suspected(id)) {
+			live = append(live, id)
+		}
+	}
+	slices.SortFunc(live, func(a, b string) int {
+		ha, hb := kickOrder(g.id, a), kickOrder(g.id, b)
+		switch {
+		case ha < hb:
+			return -1
+		case ha > hb:
+			return 1
+		}
+		return 0
+	})
+	rank := slices.Index(live, g.n.cfg.NodeID)
+	if rank < 0 {
+		return kickNone // not a voter
+	}
+	if rank > turn {
+		g.emu.Lock()
+		if g.kickTimer != nil {
+			g.kickTimer.Stop()
+		}
+		g.kickTimer = time.AfterFunc(time.Duration(rank-turn)*kickStagger, func() { g.kick(peer, rank) })
+		g.emu.Unlock()
+		return kickLater
+	}
+	g.gt.enqueue(inReq{kind: kindTimeoutNow, cmd: &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(g.n.cfg.NodeID), Addr: []byte(g.n.addr),
+	}}, reply: func(raft.RPCResponse) {}})
+	return kickNow
+}
+
+// kickOrder is voter id's place in group gid's order of turns (a hash: turns differ per group, so
+// the elections after a node's loss spread over the survivors).
+func kickOrder(gid uint64, id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, gid))
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
+}

@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A new group bootstrapped with three voters has a leader (its first voter) well before raft's own
+// first election could happen (no member has heard of a leader before heartbeatTimeout), even when
+// the other members start it a little later, as when they apply the metadata entry creating it.
+func TestNewGroupLeaderAtOnce(t *testing.T) {
+	c := newCluster(t, 3, false)
+	for id := uint64(10); id < 15; id++ {
+		began := time.Now()
+		c.startGroupOn(c.nodes[0], id, c.ids(), true)
+		time.Sleep(100 * time.Millisecond) // the others apply the declaration later: RPCs are parked
+		for _, tn := range c.nodes[1:] {
+			c.startGroupOn(tn, id, c.ids(), true)
+		}
+		ld := c.leader(id, heartbeatTimeout)
+		took := time.Since(began)
+		if ld.id != "n1" {
+			t.Errorf("group %d: leader %s, want the first voter n1", id, ld.id)
+		}
+		if took >= heartbeatTimeout {
+			t.Errorf("group %d: leader after %v, not before raft's own election timeout (%v)", id, took, heartbeatTimeout)
+		}
+		t.Logf("group %d: leader %s after %v", id, ld.id, took)
+		if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("x")); err != nil {
+			t.Fatalf("group %d: Propose: %v", id, err)
+		}
+	}
+}
+
+// failoverBound is the longest a group may go without a leader after its leader's node is lost:
+// detection (suspectAfter, evaluated every PingInterval) plus an election, with room for a loaded
+// machine. Raft's own detection alone would take heartbeatTimeout..2*heartbeatTimeout.
+const failoverBound = 5 * time.Second
+
+// When the leader's node goes away, every group it led gets a new leader within failoverBound
+// (before raft's own heartbeat timeout could even fire), through the node-level failure detection.
+func TestLeaderNodeLossReplacedWithinBound(t *testing.T) {
+	c := newCluster(t, 3, false)
+	const groups = 20
+	for id := uint64(1); id <= groups; id++ {
+		c.startGroupOn(c.nodes[0], id, c.ids(), true) // n1 is the first voter: it leads them all
+		for _, tn := range c.nodes[1:] {
+			c.startGroupOn(tn, id, c.ids(), true)
+		}
+	}
+	for id := uint64(1); id <= groups; id++ {
+		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
+			t.Fatalf("group %d: leader %s, want n1", id, ld.id)
+		}
+		if _, err := c.nodes[0].node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	if err := c.nodes[0].node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[0].node = nil
+	var worst time.Duration
+	for id := uint64(1); id <= groups; id++ {
+		ld := c.leader(id, 2*heartbeatTimeout)
+		took := time.Since(began)
+		worst = max(worst, took)
+		if took > failoverBound {
+			t.Errorf("group %d: new leader %s after %v, over the bound of %v", id, ld.id, took, failoverBound)
+		}
+		if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("after")); err != nil {
+			t.Errorf("group %d: Propose on the new leader: %v", id, err)
+		}
+	}
+	t.Logf("%d groups failed over; the last after %v", groups, worst)
+}
+
+// Heartbeats are coalesced per node pair, but each still goes to its group's raft on the follower:
+// when one group's leader stops (its node stays up and keeps answering pings, so the node-level
+// detection does not fire), that group's followers notice through raft's own heartbeat timeout and
+// elect a new leader, while the other groups the node leads keep their leader.
+func TestCoalescedHeartbeatsDetectDeadLeader(t *testing.T) {
+	c := newCluster(t, 3, false)
+	for id := uint64(1); id <= 3; id++ {
+		c.startGroupOn(c.nodes[0], id, c.ids(), true)
+		for _, tn := range c.nodes[1:] {
+			c.startGroupOn(tn, id, c.ids(), true)
+		}
+		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
+			t.Fatalf("group %d: leader %s, want n1", id, ld.id)
+		}
+	}
+	began := time.Now()
+	if err := c.nodes[0].node.Group(2).Close(); err != nil {
+		t.Fatal(err)
+	}
+	var nl *tnode
+	waitFor(t, 2*heartbeatTimeout+electionTimeout, "a new leader of group 2", func() bool {
+		for _, tn := range c.nodes[1:] {
+			if tn.node.Group(2).IsLeader() {
+				nl = tn
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(began)
+	if took < heartbeatTimeout {
+		t.Errorf("new leader after %v: sooner than the heartbeat timeout, so not through it", took)
+	}
+	t.Logf("group 2: new leader %s after %v", nl.id, took)
+	for _, id := range []uint64{1, 3} {
+		if !c.nodes[0].node.Group(id).IsLeader() {
+			t.Errorf("group %d lost its leader n1 although n1's heartbeats for it went on", id)
+		}
+	}
+	if _, err := nl.node.Group(2).Propose(ctxT(t, 5*time.Second), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An idle cluster exchanges heartbeats in few frames and no AppendEntries: the empty appends raft's
+// replication loop sends every CommitTimeout are answered from the followers' acknowledgements.
+func TestIdleGroupsSendNoAppends(t *testing.T) {
+	c := newCluster(t, 3, false)
+	const groups = 30
+	for id := uint64(1); id <= groups; id++ {
+		c.startGroupOn(c.nodes[0], id, c.ids(), true)
+		for _, tn := range c.nodes[1:] {
+			c.startGroupOn(tn, id, c.ids(), true)
+		}
+	}
+	for id := uint64(1); id <= groups; id++ {
+		ld := c.leader(id, 10*time.Second)
+		if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte(fmt.Sprint(id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Let every follower learn the commit index (commit pushes), then watch.
+	for id := uint64(1); id <= groups; id++ {
+		c.converge(id, []string{fmt.Sprint(id)}, 10*time.Second)
+	}
+	time.Sleep(commitTimeout / 2)
+	ms := c.nodes[0].node.mesh
+	recv0 := c.nodes[1].node.mesh.stats.appendsReceived.Load() + c.nodes[2].node.mesh.stats.appendsReceived.Load()
+	hb0, fr0, el0 := ms.stats.heartbeats.Load(), ms.stats.hbFrames.Load(), ms.stats.appendsElided.Load()
+	window := 3 * commitTimeout
+	time.Sleep(window)
+	recv := c.nodes[1].node.mesh.stats.appendsReceived.Load() + c.nodes[2].node.mesh.stats.appendsReceived.Load() - recv0
+	hb, fr, el := ms.stats.heartbeats.Load()-hb0, ms.stats.hbFrames.Load()-fr0, ms.stats.appendsElided.Load()-el0
+	t.Logf("in %v: %d appends received by the followers, %d elided, %d heartbeats in %d frames", window, recv, el, hb, fr)
+	if recv != 0 {
+		t.Errorf("idle groups sent %d AppendEntries in %v", recv, window)
+	}
+	if el == 0 {
+		t.Errorf("no empty append was elided in %v (raft sends one per follower every %v or so)", window, commitTimeout)
+	}
+	// 30 groups x 2 followers heartbeat every 0.6-1.2 s: at least 2*30*window/1.2s heartbeats, in
+	// frames that hold several each.
+	if min := uint64(2 * groups * window / (heartbeatTimeout / 5)); hb < min {
+		t.Errorf("%d heartbeats in %v, want at least %d", hb, window, min)
+	}
+	// Each of the two connections (n1 to n2, n1 to n3) sends at most a frame per hbCoalesce.
+	if most := 2 * uint64(window/hbCoalesce+1); fr >= hb || fr > most {
+		t.Errorf("%d heartbeats took %d frames (at most %d expected): not coalesced", hb, fr, most)
+	}
+}
