@@ -13,7 +13,7 @@ import (
 // the cluster fingerprint) and the service's byte; the rest is the service's.
 
 // tagService starts a service connection.
-const tagService byte = 'S'
+const tagService byte = 'V'
 
 // ServiceHandler serves one service connection: br holds what was read ahead. The connection is
 // closed when the handler returns (and when the node closes).

@@ -20,6 +20,7 @@ const (
 	tagForward  byte = 'F' // header, then pipelined forwarded proposals and membership changes
 	tagPing     byte = 'P' // header, then a hello exchange and liveness pings
 	tagAdmin    byte = 'A' // header, then one JSON admin request and its answer
+	// tagService ('V', service.go): header, then a service byte; the rest is the service's
 )
 
 // Header flags (second byte).
