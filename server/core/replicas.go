@@ -28,6 +28,8 @@ type Replica interface {
 	// off the FSM goroutine. RestoreFrom replaces the state with a snapshot's.
 	CaptureSnapshot(force bool) (*queue.ReplicaSnapshot, error)
 	RestoreFrom(r io.Reader) error
+	// ForceNextSnapshot makes the next CaptureSnapshot(false) capture whatever the schedule says.
+	ForceNextSnapshot()
 	// LeaderChanged tells the replica whether this node now leads its group (a new leader hands
 	// over the dead letters still recorded).
 	LeaderChanged(leader bool)

@@ -133,6 +133,7 @@ type Quorum struct {
 	paged       int
 	snapIndex   uint64
 	lastCapture atomic.Int64
+	forceSnap   atomic.Bool
 	pmu         sync.Mutex
 	pending     map[uint64]*Message
 

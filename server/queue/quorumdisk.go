@@ -186,6 +186,7 @@ type ReplicaSnapshot struct {
 // nil while fewer log entries than paged messages were applied since the last snapshot (see the
 // top of this file).
 func (q *Quorum) CaptureSnapshot(force bool) (*ReplicaSnapshot, error) {
+	force = q.forceSnap.Swap(false) || force
 	q.mu.Lock()
 	if !force && q.paged > 0 && q.applied-q.snapIndex < uint64(q.paged) {
 		q.mu.Unlock()
@@ -263,6 +264,10 @@ func (s *ReplicaSnapshot) Release() {
 		s.view = nil
 	}
 }
+
+// ForceNextSnapshot makes the next CaptureSnapshot capture even if the schedule would decline
+// (an operator's or a test's explicit snapshot).
+func (q *Quorum) ForceNextSnapshot() { q.forceSnap.Store(true) }
 
 // LastCaptureTime is how long the last CaptureSnapshot held raft's FSM goroutine.
 func (q *Quorum) LastCaptureTime() time.Duration { return time.Duration(q.lastCapture.Load()) }
