@@ -1003,3 +1003,13 @@ func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	}
 	return m, rc, err
 }
+
+// Snapshot takes a snapshot of the group now and truncates its log behind it (raft's
+// TrailingLogs kept), as raft does by itself every SnapshotInterval once SnapshotThreshold
+// entries were applied. Operators' tools and tests use it.
+func (g *Group) Snapshot() error {
+	if err := g.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("cluster: group %d: snapshot: %w", g.id, err)
+	}
+	return nil
+}

@@ -63,6 +63,18 @@ func (q *Queue) Owner() Owner { return q.owner }
 // Args are the x-arguments the queue was declared with.
 func (q *Queue) Args() amqp.Table { return q.args }
 
+// Snapshot has the raft group of a replicated queue take a snapshot now on this node (which
+// truncates the log behind it); it does nothing for other queues.
+func (q *Queue) Snapshot() error {
+	if q.group == nil {
+		return nil
+	}
+	if r, ok := q.Queue.(Replica); ok {
+		r.ForceNextSnapshot()
+	}
+	return q.group.Snapshot()
+}
+
 // Replicated reports whether the queue is served by a raft group across the cluster.
 func (q *Queue) Replicated() bool { return q.store == storeReplicated }
 

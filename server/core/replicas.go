@@ -23,9 +23,13 @@ type Replica interface {
 	queue.Queue
 	// Apply applies one replicated command (raft's FSM Apply) and returns the leader's answer.
 	Apply(index uint64, cmd []byte) []byte
-	// Snapshot encodes the replicated state; Restore replaces it.
-	Snapshot() []byte
-	Restore(b []byte) error
+	// CaptureSnapshot captures the replicated state between two Applies (nil: not worth a
+	// snapshot yet, unless force); the snapshot streams itself (bodies from a storage view)
+	// off the FSM goroutine. RestoreFrom replaces the state with a snapshot's.
+	CaptureSnapshot(force bool) (*queue.ReplicaSnapshot, error)
+	RestoreFrom(r io.Reader) error
+	// ForceNextSnapshot makes the next CaptureSnapshot(false) capture whatever the schedule says.
+	ForceNextSnapshot()
 	// LeaderChanged tells the replica whether this node now leads its group (a new leader hands
 	// over the dead letters still recorded).
 	LeaderChanged(leader bool)
@@ -111,31 +115,40 @@ func (f *replicaFSM) Apply(l *raft.Log) any {
 	return nil
 }
 
+// Snapshot implements raft.FSM. A replica that declines (too few entries since its last
+// snapshot for what writing one costs) answers raft.ErrNothingNewToSnapshot, which raft takes
+// quietly and asks again at its next interval.
 func (f *replicaFSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &bytesSnapshot{data: f.r.Snapshot()}, nil
+	s, err := f.r.CaptureSnapshot(false)
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, raft.ErrNothingNewToSnapshot
+	}
+	return &replicaSnapshot{s: s}, nil
 }
 
 func (f *replicaFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return wrap("read replicated queue snapshot", err)
+	if err := f.r.RestoreFrom(rc); err != nil {
+		return wrap("restore replicated queue snapshot", err)
 	}
-	return f.r.Restore(data)
+	return nil
 }
 
-// bytesSnapshot is an FSM snapshot already encoded.
-type bytesSnapshot struct{ data []byte }
+// replicaSnapshot persists a captured replica snapshot by streaming it into raft's sink.
+type replicaSnapshot struct{ s *queue.ReplicaSnapshot }
 
-func (s *bytesSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+func (s *replicaSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.s.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return wrap("write snapshot", err)
 	}
 	return sink.Close()
 }
 
-func (s *bytesSnapshot) Release() {}
+func (s *replicaSnapshot) Release() { s.s.Release() }
 
 // reapConsumers returns the messages of consumers on nodes that are down (run by a queue's leader).
 func (b *Broker) reapConsumers(r Replica) {

@@ -180,6 +180,20 @@ func (f *streamFSM) Restore(rc io.ReadCloser) error {
 	return f.r.Restore(data)
 }
 
+// bytesSnapshot is a stream group's snapshot, already encoded (the coordination state is small:
+// epochs, members, offsets; the chunks are replicated beside the group).
+type bytesSnapshot struct{ data []byte }
+
+func (s *bytesSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return wrap("write snapshot", err)
+	}
+	return sink.Close()
+}
+
+func (s *bytesSnapshot) Release() {}
+
 // ReplicaConfig implements streamq.Replication.
 func (s *StreamReplication) ReplicaConfig() replica.Config {
 	return replica.Config{Self: s.Self, Voters: s.Voters, Learners: s.Learners, Coord: s.Coord, Transport: s.Transport, WriterID: s.WriterID}

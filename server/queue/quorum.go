@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -82,7 +85,7 @@ const quorumSnapshotVersion byte = 2
 // them from its dispatcher goroutine, grants them credit as their connections drain, times them
 // out, and, while it leads, proposes timer ticks and hands the recorded dead letters over.
 //
-// Lock order: mu, then nothing; a consumer's Deliver, HasRoom and Cancelled, a Done and the hooks
+// Lock order: mu -> pmu (bodies being written); a consumer's Deliver, HasRoom and Cancelled, a Done and the hooks
 // run with no lock held, never on the FSM goroutine.
 type Quorum struct {
 	disk            *storage.DB // this node's store, asked only whether it is down to its reserve
@@ -123,6 +126,16 @@ type Quorum struct {
 	dlxGen      uint64
 	dlxRetryAt  time.Time
 	dlxRetry    time.Duration
+
+	// Bodies on disk (quorumdisk.go): paged counts the messages whose bodies are in records
+	// (for the snapshot schedule; q.mu), snapIndex is the applied index of the last snapshot
+	// (q.mu), pending holds the bodies whose records are not yet committed (pmu, a leaf).
+	paged       int
+	snapIndex   uint64
+	lastCapture atomic.Int64
+	forceSnap   atomic.Bool
+	pmu         sync.Mutex
+	pending     map[uint64]*Message
 
 	kick chan struct{}
 	quit chan struct{}
@@ -455,6 +468,7 @@ func (q *Quorum) Close() { q.stop() }
 // Delete implements Queue: local consumers are told CancelDeleted; the core removes the group.
 func (q *Quorum) Delete() int {
 	cs, ready, _ := q.stop()
+	q.dropBodies()
 	cancelAll(q, cs, CancelDeleted)
 	return ready
 }
@@ -579,7 +593,18 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	}
 	fx := &q.fx
 	fx.Reset()
+	q.pageOut()
 	q.s.Apply(&q.cmd, now, fx)
+	if q.cmd.Type == CmdGet && fx.Reply.OK && fx.Reply.Delivery.Msg == nil && fx.Reply.Delivery.flags&flagPaged != 0 {
+		// basic.get answers with the body: read it before a no-ack get's record goes.
+		if m, err := q.loadBody(fx.Reply.Delivery.ID); err == nil {
+			fx.Reply.Delivery.Msg = m
+		} else {
+			q.log.Error("replicated queue: cannot read a paged message for basic.get", "queue", q.name,
+				"id", fx.Reply.Delivery.ID, "err", err)
+		}
+	}
+	q.storeEffects(fx)
 	kick := q.route(fx.Deliveries) || fx.DeadRecorded > 0 || q.expiry != fx.NextExpiry
 	if q.cmd.Type == CmdNodeReset && q.cmd.Node == q.node {
 		for id, cc := range q.consumers {
@@ -634,33 +659,60 @@ func (q *Quorum) route(ds []Delivery) bool {
 	return work
 }
 
-// Snapshot returns the replicated state. It must be called between two Applies (raft's FSM
-// goroutine does so).
+// Snapshot returns a whole snapshot in memory (CaptureSnapshot, forced, then WriteTo): for tests
+// and tools; the core streams snapshots instead.
 func (q *Quorum) Snapshot() []byte {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	b := binary.AppendUvarint([]byte{quorumSnapshotVersion}, q.applied)
-	return q.s.AppendSnapshot(b)
+	snap, err := q.CaptureSnapshot(true)
+	if err != nil {
+		q.log.Error("replicated queue: snapshot", "queue", q.name, "err", err)
+		return nil
+	}
+	defer snap.Release()
+	var buf bytes.Buffer
+	if _, err := snap.WriteTo(&buf); err != nil {
+		q.log.Error("replicated queue: snapshot", "queue", q.name, "err", err)
+		return nil
+	}
+	return buf.Bytes()
 }
 
-// Restore replaces the replicated state with a snapshot's (this release's or the previous one's).
-func (q *Quorum) Restore(snap []byte) error {
-	r := &snapReader{b: snap}
-	version := r.u8("version")
-	applied := r.uvarint("applied")
-	if r.err != nil {
-		return fmt.Errorf("restore replicated queue '%s': %w", q.name, r.err)
+// Restore replaces the replicated state with a snapshot's (RestoreFrom on a byte slice).
+func (q *Quorum) Restore(snap []byte) error { return q.RestoreFrom(bytes.NewReader(snap)) }
+
+// RestoreFrom replaces the replicated state with a snapshot's, read from r: this release's
+// (version 3: the state, then the paged bodies, which it writes to this node's store where they
+// are missing) or an earlier one's (every body inline). It must be called between two Applies.
+func (q *Quorum) RestoreFrom(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	version, err := br.ReadByte()
+	if err != nil {
+		return fmt.Errorf("restore replicated queue '%s': version: %w", q.name, err)
 	}
 	var s *State
-	var err error
+	var applied uint64
+	paged := 0
 	switch version {
-	case quorumSnapshotVersion:
-		s, err = DecodeState(r.b)
+	case quorumSnapshotV3:
+		s, applied, paged, err = q.restoreStream(br)
+	case quorumSnapshotVersion, 1:
+		var rest []byte
+		if rest, err = io.ReadAll(br); err != nil {
+			break
+		}
+		rd := &snapReader{b: rest}
+		applied = rd.uvarint("applied")
+		if rd.err != nil {
+			err = rd.err
+			break
+		}
+		if version == 1 {
+			s, err = decodeStateV1(rd.b, q.id)
+			break
+		}
+		s, err = DecodeState(rd.b)
 		if err == nil && !s.replicated {
 			err = errors.New("not a replicated queue's state")
 		}
-	case 1:
-		s, err = decodeStateV1(r.b, q.id)
 	default:
 		err = fmt.Errorf("unknown snapshot version %d", version)
 	}
@@ -670,6 +722,7 @@ func (q *Quorum) Restore(snap []byte) error {
 	s.source = q.id
 	q.mu.Lock()
 	q.s, q.applied = s, applied
+	q.paged, q.snapIndex = paged, applied
 	q.outbox, q.stale, q.reaping = nil, nil, nil
 	q.reconcileLocked()
 	q.expiry, q.hasExpiry = s.m.nextExpiry()
@@ -829,8 +882,32 @@ func (q *Quorum) dispatch() {
 			})
 		}
 		var back []Tag
+		var read []uint64
+		for i := range out {
+			d := &out[i]
+			if d.Msg != nil || d.flags&flagPaged == 0 {
+				continue
+			}
+			m, err := q.loadBody(d.ID)
+			if err != nil {
+				// Never expected (the record is written before its message can be delivered):
+				// drop the message rather than wedge the consumer.
+				q.log.Error("replicated queue: cannot read a paged message; dropping it", "queue", q.name,
+					"id", d.ID, "err", err)
+				if !d.Settled {
+					q.propose(&Command{Type: CmdDiscard, Tags: []Tag{d.Tag()}}, nil)
+				}
+				targets[i] = nil
+				d.Settled = true
+				continue
+			}
+			d.Msg = m
+			if d.Settled {
+				read = append(read, d.ID)
+			}
+		}
 		for i, d := range out {
-			if cc := targets[i]; cc == nil || !cc.c.Deliver(q, d) {
+			if cc := targets[i]; cc == nil || d.Msg == nil || !cc.c.Deliver(q, d) {
 				if !d.Settled {
 					back = append(back, d.Tag()) // the consumer went away meanwhile
 				}
@@ -839,6 +916,7 @@ func (q *Quorum) dispatch() {
 		if len(back) > 0 {
 			q.propose(&Command{Type: CmdReturn, Tags: back}, nil)
 		}
+		q.forgetBodies(read)
 		q.mu.Lock()
 		for i := range out {
 			if cc := targets[i]; cc != nil {
@@ -930,6 +1008,16 @@ func (q *Quorum) handOverDeadLetters() {
 		}
 		gen := q.dlxGen
 		q.mu.Unlock()
+		for i := range batch {
+			if d := &batch[i]; d.Msg == nil && d.flags&flagPaged != 0 {
+				m, err := q.loadBody(d.ID)
+				if err != nil {
+					q.log.Error("replicated queue: cannot read a paged dead letter", "queue", q.name, "id", d.ID, "err", err)
+					m = &Message{}
+				}
+				d.Msg = m
+			}
+		}
 		q.hooks.DeadLetter(q, batch, func(err error) { q.deadLettered(gen, seqs, err) })
 	}
 }

@@ -390,7 +390,7 @@ func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 	case CmdNodeReset:
 		s.nodeReset(cmd, fx)
 	case CmdDeadLettered:
-		s.deadLettered(cmd.Seqs)
+		s.deadLettered(cmd.Seqs, fx)
 	case CmdCheckout:
 		s.checkout(cmd.Max, s.reserve, now, fx)
 	case CmdRecover:
@@ -697,14 +697,15 @@ func (s *State) checkout(max int, reserve func(ConsumerID) bool, now int64, fx *
 }
 
 // deadEffects handles the dead letters a command produced (fx.Dead[from:]): their storage
-// records go, and a Replicated state records them with dedupe keys instead of emitting them.
+// records go, and a Replicated state records them with dedupe keys instead of emitting them (their
+// records, which hold the bodies to hand over, go once they were handed over: deadLettered).
 func (s *State) deadEffects(from int, fx *Effects) {
-	for i := from; i < len(fx.Dead); i++ {
-		if d := &fx.Dead[i]; d.ID != 0 && d.flags != 0 {
-			fx.forget = append(fx.forget, stored{d.ID, d.flags})
-		}
-	}
 	if !s.replicated {
+		for i := from; i < len(fx.Dead); i++ {
+			if d := &fx.Dead[i]; d.ID != 0 && d.flags != 0 {
+				fx.forget = append(fx.forget, stored{d.ID, d.flags})
+			}
+		}
 		return
 	}
 	for i := from; i < len(fx.Dead); i++ {
@@ -719,12 +720,15 @@ func (s *State) deadEffects(from int, fx *Effects) {
 	fx.Dead = fx.Dead[:from]
 }
 
-// deadLettered removes recorded dead letters by sequence number.
-func (s *State) deadLettered(seqs []uint64) {
+// deadLettered removes recorded dead letters by sequence number, and their storage records.
+func (s *State) deadLettered(seqs []uint64, fx *Effects) {
 	for _, seq := range seqs {
 		i := s.dlx.search(func(r deadRecord) bool { return r.seq < seq })
 		if i < s.dlx.Len() {
 			if r := s.dlx.At(i); r.seq == seq && !r.gone {
+				if d := &r.dead; d.ID != 0 && d.flags != 0 {
+					fx.forget = append(fx.forget, stored{d.ID, d.flags})
+				}
 				r.gone, r.dead = true, Dead{}
 				s.dlx.set(i, r)
 				s.dlxLive--

@@ -51,6 +51,7 @@ func Command() *cli.Command {
 				Action: benchAction,
 			},
 			declareCommand(),
+			backlogCommand(),
 		}, append(floorCommands(), clusterCommand())...),
 	}
 }
