@@ -32,6 +32,7 @@ import (
 	"warren/server"
 	"warren/server/auth"
 	"warren/server/httpapi"
+	"warren/server/metrics"
 	"warren/server/tlsconf"
 )
 
@@ -76,6 +77,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Usage:   "TCP `ADDRESS` of the HTTP API (RabbitMQ's management API paths under /api); empty disables it",
 						Value:   defaultHTTPListen,
 						EnvVars: []string{"WARREN_HTTP_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "prometheus-listen",
+						Usage:   "TCP `ADDRESS` of the Prometheus exporter (/metrics and /metrics/per-object, RabbitMQ's metric names); empty disables it",
+						Value:   metrics.DefaultListen,
+						EnvVars: []string{"WARREN_PROMETHEUS_LISTEN"},
 					},
 					&cli.StringFlag{
 						Name:    "data-dir",
@@ -252,7 +259,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer pprof.StopCPUProfile()
 					}
-					return serve(c.Context, cfg, c.String("http-listen"), c.String("https-listen"))
+					return serve(c.Context, cfg, listeners{http: c.String("http-listen"), https: c.String("https-listen"),
+						prometheus: c.String("prometheus-listen")})
 				},
 			},
 			{
@@ -324,10 +332,19 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("invalid log level %q: want debug, info, warn or error", s)
 }
 
+// listeners are serve's HTTP addresses ("" = off).
+type listeners struct{ http, https, prometheus string }
+
+// shutdowner is an HTTP listener serve stops before the broker.
+type shutdowner interface {
+	Shutdown(ctx context.Context) error
+}
+
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
-func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen string) error {
+func serve(ctx context.Context, cfg server.Config, ls listeners) error {
+	httpListen, httpsListen := ls.http, ls.https
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
@@ -355,7 +372,7 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen strin
 	if a := srv.TLSAddr(); a != nil {
 		startedArgs = append(startedArgs, "amqps", a.String())
 	}
-	var apis []*httpapi.Listener
+	var apis []shutdowner
 	stopAll := func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
@@ -380,6 +397,15 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen strin
 		}
 		apis = append(apis, api)
 		startedArgs = append(startedArgs, l.name, api.Addr().String())
+	}
+	if ls.prometheus != "" {
+		exp, err := metrics.Listen(ls.prometheus, srv, metrics.Options{Version: version, Logger: cfg.Logger})
+		if err != nil {
+			stopAll()
+			return err
+		}
+		apis = append(apis, exp)
+		startedArgs = append(startedArgs, "prometheus", exp.Addr().String())
 	}
 	cfg.Logger.Info("warren started", append(startedArgs, "data_dir", cfg.DataDir)...)
 

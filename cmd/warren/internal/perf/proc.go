@@ -86,7 +86,7 @@ func (b *brokerProc) launch(ctx context.Context, poll, limit time.Duration) erro
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	addr := b.addr
-	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn")
+	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--data-dir", b.data, "--log-level", "warn")
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
