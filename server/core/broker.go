@@ -27,6 +27,7 @@ import (
 	"warren/server/cluster"
 	"warren/server/policy"
 	"warren/server/queue"
+	"warren/server/stats"
 	"warren/storage"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	DefaultUser, DefaultPass string
 	// LoopbackUsers may log in only from a loopback address (RabbitMQ's loopback_users).
 	LoopbackUsers []string
+	// StatsInterval is how often message rates are sampled (0: stats.DefaultInterval, 5 s).
+	StatsInterval time.Duration
 }
 
 // Broker is the broker core of one node.
@@ -77,6 +80,9 @@ type Broker struct {
 	tag, epoch     uint16 // this node's tag and this boot's epoch in consumer ids
 	nextConsumerID atomic.Uint64
 
+	stats   *stats.Registry // counters of channels, queues and churn
+	sampler *stats.Sampler  // samples stats for rates; stopped by Close
+
 	janitor chan *Queue
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -97,6 +103,7 @@ func New(opts Options) (*Broker, error) {
 		vhosts:  make(map[string]*VHost),
 		janitor: make(chan *Queue, 64),
 		quit:    make(chan struct{}),
+		stats:   stats.NewRegistry(),
 	}
 	for _, t := range opts.Types {
 		b.types[t.Kind()] = t
@@ -120,6 +127,7 @@ func New(opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.bootstrapAccess()
+	b.sampler = stats.StartSampler(b.stats, opts.StatsInterval)
 	return b, nil
 }
 
@@ -133,6 +141,7 @@ func (b *Broker) Close() {
 	}
 	close(b.quit)
 	b.wg.Wait()
+	b.sampler.Stop()
 	if a := b.alarms.Load(); a != nil {
 		a.Stop()
 	}
@@ -173,6 +182,10 @@ func (b *Broker) VHosts() []*VHost {
 	slices.SortFunc(vs, func(a, c *VHost) int { return strings.Compare(a.name, c.name) })
 	return vs
 }
+
+// Stats is the node's counters layer: sessions count traffic on their channels' objects, queues
+// on theirs, and the HTTP API and the metrics exporter read it.
+func (b *Broker) Stats() *stats.Registry { return b.stats }
 
 // Logger is the core's logger.
 func (b *Broker) Logger() *slog.Logger { return b.log }

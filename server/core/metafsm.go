@@ -233,6 +233,7 @@ func (v *VHost) applyPutQueue(r QueueRecord, batch *storage.Batch) {
 // dropReplica removes a replica that was opened but is not kept.
 func (v *VHost) dropReplica(q *Queue) {
 	q.Queue.Delete()
+	v.b.stats.Release(q.counters)
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)
