@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"warren/server/stats"
+)
 
 // Scope says on which endpoint a metric is served and how.
 type Scope uint8
@@ -38,6 +42,7 @@ var (
 	queueLabels = []string{"vhost", "queue"}
 	connLabels  = []string{"connection"}
 	protoLabels = []string{"protocol"}
+	chanLabels  = []string{"vhost", "channel"}
 )
 
 // catalogue is every family the exporter serves, built once per exporter.
@@ -65,8 +70,36 @@ type catalogue struct {
 	raftTerm, raftCommit, raftApplied, raftLast *family
 	raftLeader                                  *family
 
+	// Message counters of the node (server/stats), by protocol.
+	global []globalCounter
+	// Churn.
+	churn []churnCounter
+
+	// Per channel (Object scope: vhost, channel).
+	chanCounters []objCounter
+	// Per queue counters (Object scope: vhost, queue).
+	queueCounters []objCounter
+
 	// Storage (Warren's own).
 	storeCommits, storeTxns, storeOps, storeLSM, storeVlog *family
+}
+
+// globalCounter is a rabbitmq_global_messages_* family: the sum of kinds of the node's totals.
+type globalCounter struct {
+	f     *family
+	kinds []stats.Kind
+}
+
+// churnCounter is a node churn counter family.
+type churnCounter struct {
+	f    *family
+	kind stats.Kind
+}
+
+// objCounter is a per-channel or per-queue counter family: the sum of kinds of the object.
+type objCounter struct {
+	f     *family
+	kinds []stats.Kind
 }
 
 const (
@@ -148,6 +181,70 @@ func newCatalogue() *catalogue {
 	c.raftApplied = obj("rabbitmq_raft_log_last_applied_index", gauge, "Raft log last applied index", queueLabels)
 	c.raftLast = obj("rabbitmq_raft_log_last_written_index", gauge, "Raft log last written index", queueLabels)
 	c.raftLeader = obj("warren_raft_group_leader", gauge, "1 if this node leads the raft group (summed: groups this node leads)", queueLabels)
+
+	ks := func(k ...stats.Kind) []stats.Kind { return k }
+	global := func(name, help string, k ...stats.Kind) {
+		c.global = append(c.global, globalCounter{node(name, counter, help, protoLabels...), k})
+	}
+	global("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", stats.Published)
+	global("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", stats.Routed)
+	global("rabbitmq_global_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", stats.UnroutableDropped)
+	global("rabbitmq_global_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", stats.UnroutableReturned)
+	global("rabbitmq_global_messages_confirmed_total", "Total number of messages confirmed to publishers", stats.Confirmed)
+	global("rabbitmq_global_messages_delivered_total", "Total number of messages delivered to consumers",
+		stats.DeliveredAck, stats.DeliveredNoAck, stats.GetAck, stats.GetNoAck)
+	global("rabbitmq_global_messages_delivered_consume_manual_ack_total", "Total number of messages delivered to consumers using basic.consume with manual acknowledgment", stats.DeliveredAck)
+	global("rabbitmq_global_messages_delivered_consume_auto_ack_total", "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment", stats.DeliveredNoAck)
+	global("rabbitmq_global_messages_delivered_get_manual_ack_total", "Total number of messages delivered to consumers using basic.get with manual acknowledgment", stats.GetAck)
+	global("rabbitmq_global_messages_delivered_get_auto_ack_total", "Total number of messages delivered to consumers using basic.get with automatic acknowledgment", stats.GetNoAck)
+	global("rabbitmq_global_messages_get_empty_total", "Total number of times basic.get operations fetched no message", stats.GetEmpty)
+	global("rabbitmq_global_messages_redelivered_total", "Total number of messages redelivered to consumers", stats.Redelivered)
+	global("rabbitmq_global_messages_acknowledged_total", "Total number of messages acknowledged by consumers", stats.Acknowledged)
+	// Dead-lettering is counted on the queues, whatever protocol fed them: no protocol label
+	// (RabbitMQ labels these queue_type and dead_letter_strategy instead).
+	dead := func(name, help string, k stats.Kind) {
+		c.global = append(c.global, globalCounter{node(name, counter, help), ks(k)})
+	}
+	dead("rabbitmq_global_messages_dead_lettered_expired_total", "Total number of messages dead-lettered due to message TTL exceeded", stats.DeadLetteredExpired)
+	dead("rabbitmq_global_messages_dead_lettered_rejected_total", "Total number of messages dead-lettered due to basic.reject or basic.nack", stats.DeadLetteredRejected)
+	dead("rabbitmq_global_messages_dead_lettered_maxlen_total", "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx", stats.DeadLetteredMaxLen)
+	dead("rabbitmq_global_messages_dead_lettered_delivery_limit_total", "Total number of messages dead-lettered due to delivery-limit exceeded", stats.DeadLetteredDeliveryLimit)
+
+	churn := func(name, help string, k stats.Kind) {
+		c.churn = append(c.churn, churnCounter{node(name, counter, help), k})
+	}
+	churn("rabbitmq_connections_opened_total", "Total number of connections opened", stats.ConnectionsOpened)
+	churn("rabbitmq_connections_closed_total", "Total number of connections closed or terminated", stats.ConnectionsClosed)
+	churn("rabbitmq_channels_opened_total", "Total number of channels opened", stats.ChannelsOpened)
+	churn("rabbitmq_channels_closed_total", "Total number of channels closed", stats.ChannelsClosed)
+	churn("rabbitmq_queues_declared_total", "Total number of queues declared", stats.QueuesDeclared)
+	churn("rabbitmq_queues_created_total", "Total number of queues created", stats.QueuesCreated)
+	churn("rabbitmq_queues_deleted_total", "Total number of queues deleted", stats.QueuesDeleted)
+
+	ch := func(name, help string, k ...stats.Kind) {
+		c.chanCounters = append(c.chanCounters, objCounter{obj(name, counter, help, chanLabels), k})
+	}
+	ch("rabbitmq_channel_messages_published_total", "Total number of messages published into an exchange on a channel", stats.Published)
+	ch("rabbitmq_channel_messages_confirmed_total", "Total number of messages published into an exchange and confirmed on the channel", stats.Confirmed)
+	ch("rabbitmq_channel_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", stats.UnroutableReturned)
+	ch("rabbitmq_channel_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", stats.UnroutableDropped)
+	ch("rabbitmq_channel_get_ack_total", "Total number of messages fetched with basic.get in manual acknowledgement mode", stats.GetAck)
+	ch("rabbitmq_channel_get_total", "Total number of messages fetched with basic.get in automatic acknowledgement mode", stats.GetNoAck)
+	ch("rabbitmq_channel_get_empty_total", "Total number of times basic.get operations fetched no message", stats.GetEmpty)
+	ch("rabbitmq_channel_messages_delivered_ack_total", "Total number of messages delivered to consumers in manual acknowledgement mode", stats.DeliveredAck)
+	ch("rabbitmq_channel_messages_delivered_total", "Total number of messages delivered to consumers in automatic acknowledgement mode", stats.DeliveredNoAck)
+	ch("rabbitmq_channel_messages_redelivered_total", "Total number of messages redelivered to consumers", stats.Redelivered)
+	ch("rabbitmq_channel_messages_acked_total", "Total number of messages acknowledged by consumers", stats.Acknowledged)
+
+	q := func(name, help string, k ...stats.Kind) {
+		c.queueCounters = append(c.queueCounters, objCounter{obj(name, counter, help, queueLabels), k})
+	}
+	q("rabbitmq_queue_messages_published_total", "Total number of messages published to queues", stats.Published)
+	q("warren_queue_messages_delivered_total", "Messages a queue delivered to consumers or basic.get, acknowledged or not", stats.DeliveredAck, stats.DeliveredNoAck, stats.GetAck, stats.GetNoAck)
+	q("warren_queue_messages_redelivered_total", "Deliveries of a queue with the redelivered flag set", stats.Redelivered)
+	q("warren_queue_messages_acknowledged_total", "Deliveries of a queue acknowledged by consumers", stats.Acknowledged)
+	q("warren_queue_messages_dead_lettered_total", "Messages that died in a queue (expired, rejected, maxlen, delivery limit), dead-letter exchange or not",
+		stats.DeadLetteredExpired, stats.DeadLetteredRejected, stats.DeadLetteredMaxLen, stats.DeadLetteredDeliveryLimit)
 
 	c.storeCommits = node("warren_storage_commits_total", counter, "Write batches committed by the storage engine (Commit calls)")
 	c.storeTxns = node("warren_storage_transactions_total", counter, "Storage transactions committed, each one fsync: commits/transactions is the group-commit batch size")

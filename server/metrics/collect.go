@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -10,6 +11,7 @@ import (
 
 	"warren/server"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // collector reads one node for one endpoint at scrape time. It keeps no state between scrapes:
@@ -31,6 +33,7 @@ type queueSample struct {
 	id                uint64
 	replicated        bool
 	st                queue.Stats
+	counts            stats.Values
 }
 
 // sum accumulates an Object family's aggregate.
@@ -54,14 +57,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(f.agg, f.Type, v, labels...)
 	}
 
-	// Queues.
 	core := c.s.Core()
+	reg := core.Stats()
+
+	// Queues.
 	var queues []queueSample
 	byGroup := map[uint64]int{}
 	consumers := 0
 	for _, v := range core.VHosts() {
 		for _, q := range v.Queues() {
 			qs := queueSample{vhost: v.Name(), name: q.Name(), kind: q.Kind(), id: q.ID(), replicated: q.Replicated(), st: q.Stats()}
+			if o := q.Counters(); o != nil {
+				qs.counts = o.Values()
+			}
 			if qs.replicated {
 				byGroup[qs.id] = len(queues)
 			}
@@ -76,12 +84,43 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(cat.queueMessages, float64(st.Ready+st.Unacked), q.vhost, q.name)
 		emit(cat.queueReadyBytes, float64(st.ReadyBytes), q.vhost, q.name)
 		emit(cat.queueConsumers, float64(st.Consumers), q.vhost, q.name)
+		for _, qc := range cat.queueCounters {
+			emit(qc.f, sumKinds(&q.counts, qc.kinds), q.vhost, q.name)
+		}
 		if q.kind == "stream" {
 			emit(cat.streamMessages, float64(st.Messages), q.vhost, q.name)
 			emit(cat.streamBytes, float64(st.Bytes), q.vhost, q.name)
 			emit(cat.streamSegments, float64(st.Segments), q.vhost, q.name)
 			emit(cat.streamFirst, float64(st.FirstOffset), q.vhost, q.name)
 			emit(cat.streamLast, float64(st.LastOffset), q.vhost, q.name)
+		}
+	}
+
+	// Channels: their own counters (the per-object series); node totals come from the registry,
+	// where closed channels' counts are kept.
+	if reg != nil {
+		for _, o := range reg.Objects(stats.ScopeChannel) {
+			l := o.Labels()
+			v := o.Values()
+			name := fmt.Sprintf("%s (%d)", l.Name, l.Channel)
+			for _, cc := range cat.chanCounters {
+				emit(cc.f, sumKinds(&v, cc.kinds), l.VHost, name)
+			}
+		}
+	}
+	if reg != nil {
+		totals := reg.Totals()
+		for _, g := range cat.global {
+			if len(g.f.Labels) == 0 {
+				node(g.f, sumKinds(&totals, g.kinds))
+				continue
+			}
+			// The stream protocol's traffic is not counted yet (server/stats): it shows as 0.
+			node(g.f, sumKinds(&totals, g.kinds), "amqp091")
+			node(g.f, 0, "stream")
+		}
+		for _, ch := range cat.churn {
+			node(ch.f, float64(totals[ch.kind]))
 		}
 	}
 
@@ -166,6 +205,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.storeOps, float64(st.Ops))
 	node(cat.storeLSM, float64(st.LSMBytes))
 	node(cat.storeVlog, float64(st.VlogBytes))
+}
+
+// sumKinds adds the values of kinds.
+func sumKinds(v *stats.Values, kinds []stats.Kind) float64 {
+	var n uint64
+	for _, k := range kinds {
+		n += v[k]
+	}
+	return float64(n)
 }
 
 // protocolLabel maps a connection's protocol name onto rabbitmq_prometheus's label value.

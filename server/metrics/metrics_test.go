@@ -264,6 +264,61 @@ func TestGaugesFollowTraffic(t *testing.T) {
 		t.Errorf("per-object rabbitmq_connections = %v, want 1", got)
 	}
 
+	// Message counters, as RabbitMQ's global counters (protocol amqp091) and per channel and
+	// queue on /metrics/per-object.
+	amqp091 := map[string]string{"protocol": "amqp091"}
+	for name, want := range map[string]float64{
+		"rabbitmq_global_messages_received_total":                     10,
+		"rabbitmq_global_messages_routed_total":                       10,
+		"rabbitmq_global_messages_confirmed_total":                    10,
+		"rabbitmq_global_messages_delivered_total":                    2,
+		"rabbitmq_global_messages_delivered_consume_manual_ack_total": 2,
+		"rabbitmq_global_messages_acknowledged_total":                 0,
+	} {
+		if got := mustValue(t, agg, name, amqp091); got != want {
+			t.Errorf("/metrics %s{protocol=amqp091} = %v, want %v", name, got, want)
+		}
+	}
+	for name, want := range map[string]float64{
+		"rabbitmq_connections_opened_total": 1,
+		"rabbitmq_channels_opened_total":    2,
+		"rabbitmq_queues_created_total":     2,
+	} {
+		if got := mustValue(t, agg, name, nil); got != want {
+			t.Errorf("/metrics %s = %v, want %v", name, got, want)
+		}
+	}
+	chName := connName + " (1)"
+	if got := mustValue(t, per, "rabbitmq_channel_messages_published_total", map[string]string{"channel": chName, "vhost": "/"}); got != 10 {
+		t.Errorf("rabbitmq_channel_messages_published_total{channel=%q} = %v, want 10", chName, got)
+	}
+	if got := mustValue(t, per, "rabbitmq_queue_messages_published_total", map[string]string{"queue": "m.a"}); got != 5 {
+		t.Errorf("rabbitmq_queue_messages_published_total{queue=m.a} = %v, want 5", got)
+	}
+
+	// Acks, an unroutable publish and a dead letter move their counters.
+	ch.Close()
+	ch3, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch3.Publish("", "nowhere", false, false, amqp.Publishing{Body: []byte("lost")}); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok, err := ch3.Get("m.a", false); err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	} else if err := m.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "/metrics", "the unroutable publish, the get and the dead letter", func(f map[string]*dto.MetricFamily) bool {
+		drop, _ := value(f, "rabbitmq_global_messages_unroutable_dropped_total", amqp091)
+		get, _ := value(f, "rabbitmq_global_messages_delivered_get_manual_ack_total", amqp091)
+		rej, _ := value(f, "rabbitmq_global_messages_dead_lettered_rejected_total", nil)
+		closed, _ := value(f, "rabbitmq_channels_closed_total", nil)
+		recv, _ := value(f, "rabbitmq_global_messages_received_total", amqp091)
+		return drop == 1 && get == 1 && rej == 1 && closed == 1 && recv == 11
+	})
+
 	// Closing the connection shows on the next scrape.
 	conn.Close()
 	b.waitFor(t, "/metrics", "no connections", func(f map[string]*dto.MetricFamily) bool {
