@@ -5,6 +5,7 @@
 //	warren cluster [status|add|remove] --server HOST:PORT
 //	warren perf [run|bench] [flags]
 //	warren dlq redrive --uri URI --queue DLQ [--to QUEUE] [--limit N] [--dry-run]
+//	warren ctl COMMAND [--url URL] [--username U --password P] [--formatter json] (rabbitmqctl's commands)
 //
 // Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
 // WARREN_HTTP_LISTEN, WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
@@ -27,6 +28,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"warren/cmd/warren/internal/clustercmd"
+	"warren/cmd/warren/internal/ctl"
 	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
@@ -49,7 +51,7 @@ const shutdownTimeout = 10 * time.Second
 func main() {
 	if err := newApp(os.Stdout, os.Stderr).Run(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "warren: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -61,6 +63,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Writer:      stdout,
 		ErrWriter:   stderr,
 		HideVersion: true, // `warren version` is the one way to ask
+		// main prints errors and exits with their code (exitCode): the app itself never exits,
+		// so tests can run commands in-process.
+		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			{
 				Name:  "serve",
@@ -271,11 +276,22 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return err
 				},
 			},
+			ctl.Command(),
 			clustercmd.Command(),
 			perf.Command(),
 			dlq.Command(),
 		},
 	}
+}
+
+// exitCode is the process's exit status for err: the code a command chose (warren ctl uses
+// rabbitmqctl's), else 1.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return 1
 }
 
 // parsePeers reads --cluster-peers: id1=host:port,id2=host:port,...
