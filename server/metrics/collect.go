@@ -30,11 +30,15 @@ func (*collector) Describe(chan<- *prometheus.Desc) {}
 // queueSample is one queue's numbers, read once per scrape.
 type queueSample struct {
 	vhost, name, kind string
-	id                uint64
-	replicated        bool
 	st                queue.Stats
 	counts            stats.Values
 }
+
+// emitFunc sends (per-object) or sums (aggregated) one series with its two object labels
+// (vhost and queue, vhost and channel; b is unused for a connection's one label). Two fixed
+// arguments rather than a variadic slice: the aggregated endpoint then allocates nothing per
+// object.
+type emitFunc func(f *family, v float64, a, b string)
 
 // sum accumulates an Object family's aggregate.
 type sums map[*family]float64
@@ -44,9 +48,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	agg := sums{}
 	// emit sends a per-object series on /metrics/per-object and adds it to the aggregate on
 	// /metrics.
-	emit := func(f *family, v float64, labels ...string) {
+	var emit emitFunc = func(f *family, v float64, a, b string) {
 		if c.perObject {
-			ch <- prometheus.MustNewConstMetric(f.obj, f.Type, v, labels...)
+			if len(f.ObjectLabels) == 1 {
+				ch <- prometheus.MustNewConstMetric(f.obj, f.Type, v, a)
+			} else {
+				ch <- prometheus.MustNewConstMetric(f.obj, f.Type, v, a, b)
+			}
 			return
 		}
 		if f.agg != nil {
@@ -60,39 +68,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	core := c.s.Core()
 	reg := core.Stats()
 
-	// Queues.
-	var queues []queueSample
-	byGroup := map[uint64]int{}
-	consumers := 0
+	// Queues, one at a time: nothing is kept per queue but a replicated queue's name for its
+	// raft group's labels.
+	byGroup := map[uint64][2]string{}
+	consumers, nqueues := 0, 0
+	var q queueSample
 	for _, v := range core.VHosts() {
-		for _, q := range v.Queues() {
-			qs := queueSample{vhost: v.Name(), name: q.Name(), kind: q.Kind(), id: q.ID(), replicated: q.Replicated(), st: q.Stats()}
-			if o := q.Counters(); o != nil {
-				qs.counts = o.Values()
+		q.vhost = v.Name()
+		for _, cq := range v.Queues() {
+			q.name, q.kind, q.st = cq.Name(), cq.Kind(), cq.Stats()
+			q.counts = stats.Values{}
+			if o := cq.Counters(); o != nil {
+				q.counts = o.Values()
 			}
-			if qs.replicated {
-				byGroup[qs.id] = len(queues)
+			if cq.Replicated() {
+				byGroup[cq.ID()] = [2]string{q.vhost, q.name}
 			}
-			queues = append(queues, qs)
-			consumers += qs.st.Consumers
-		}
-	}
-	for _, q := range queues {
-		st := q.st
-		emit(cat.queueReady, float64(st.Ready), q.vhost, q.name)
-		emit(cat.queueUnacked, float64(st.Unacked), q.vhost, q.name)
-		emit(cat.queueMessages, float64(st.Ready+st.Unacked), q.vhost, q.name)
-		emit(cat.queueReadyBytes, float64(st.ReadyBytes), q.vhost, q.name)
-		emit(cat.queueConsumers, float64(st.Consumers), q.vhost, q.name)
-		for _, qc := range cat.queueCounters {
-			emit(qc.f, sumKinds(&q.counts, qc.kinds), q.vhost, q.name)
-		}
-		if q.kind == "stream" {
-			emit(cat.streamMessages, float64(st.Messages), q.vhost, q.name)
-			emit(cat.streamBytes, float64(st.Bytes), q.vhost, q.name)
-			emit(cat.streamSegments, float64(st.Segments), q.vhost, q.name)
-			emit(cat.streamFirst, float64(st.FirstOffset), q.vhost, q.name)
-			emit(cat.streamLast, float64(st.LastOffset), q.vhost, q.name)
+			nqueues++
+			consumers += q.st.Consumers
+			c.queue(emit, &q)
 		}
 	}
 
@@ -131,11 +125,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, ci := range conns {
 		channels += ci.Channels
 		byProto[protocolLabel(ci.Protocol)]++
-		emit(cat.connChannels, float64(ci.Channels), ci.Name)
+		emit(cat.connChannels, float64(ci.Channels), ci.Name, "")
 	}
 	node(cat.connections, float64(len(conns)))
 	node(cat.channels, float64(channels))
-	node(cat.queues, float64(len(queues)))
+	node(cat.queues, float64(nqueues))
 	node(cat.consumers, float64(consumers))
 	// Consumers are counted on queues, which do not know the protocol of their consumers:
 	// they are all shown under amqp091 (see docs/differences.md).
@@ -145,8 +139,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	// Raft groups: the metadata group (id 0) and replicated queues' groups.
 	for _, g := range c.s.RaftGroups() {
 		vhost, name := "", ""
-		if i, ok := byGroup[g.ID]; ok && g.ID != 0 {
-			vhost, name = queues[i].vhost, queues[i].name
+		if q, ok := byGroup[g.ID]; ok && g.ID != 0 {
+			vhost, name = q[0], q[1]
 		}
 		leader := 0.0
 		if g.Leader {
@@ -259,4 +253,24 @@ func clientVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// queue sends one queue's series.
+func (c *collector) queue(emit emitFunc, q *queueSample) {
+	cat, st := c.c, &q.st
+	emit(cat.queueReady, float64(st.Ready), q.vhost, q.name)
+	emit(cat.queueUnacked, float64(st.Unacked), q.vhost, q.name)
+	emit(cat.queueMessages, float64(st.Ready+st.Unacked), q.vhost, q.name)
+	emit(cat.queueReadyBytes, float64(st.ReadyBytes), q.vhost, q.name)
+	emit(cat.queueConsumers, float64(st.Consumers), q.vhost, q.name)
+	for _, qc := range cat.queueCounters {
+		emit(qc.f, sumKinds(&q.counts, qc.kinds), q.vhost, q.name)
+	}
+	if q.kind == "stream" {
+		emit(cat.streamMessages, float64(st.Messages), q.vhost, q.name)
+		emit(cat.streamBytes, float64(st.Bytes), q.vhost, q.name)
+		emit(cat.streamSegments, float64(st.Segments), q.vhost, q.name)
+		emit(cat.streamFirst, float64(st.FirstOffset), q.vhost, q.name)
+		emit(cat.streamLast, float64(st.LastOffset), q.vhost, q.name)
+	}
 }

@@ -52,7 +52,7 @@ func Handler(s *server.Server, opt Options) http.Handler {
 	errLog := slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn)
 	mux := http.NewServeMux()
 	for path, perObject := range map[string]bool{"/metrics": false, "/metrics/per-object": true} {
-		reg := prometheus.NewPedanticRegistry()
+		reg := prometheus.NewRegistry()
 		reg.MustRegister(&collector{s: s, c: cat, version: opt.Version, perObject: perObject})
 		reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg.MustRegister(collectors.NewGoCollector())
