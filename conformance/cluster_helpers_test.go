@@ -150,6 +150,7 @@ func (nd *clusterNode) args() []string {
 	args := []string{"serve",
 		"--amqp-listen", nd.AMQPAddr,
 		"--http-listen", "",
+		"--prometheus-listen", "",
 		"--data-dir", nd.dir,
 		"--node-id", nd.ID,
 		"--cluster-listen", nd.ClusterAddr,

@@ -5,6 +5,7 @@
 //	warren cluster [status|add|remove] --server HOST:PORT
 //	warren perf [run|bench] [flags]
 //	warren dlq redrive --uri URI --queue DLQ [--to QUEUE] [--limit N] [--dry-run]
+//	warren ctl COMMAND [--url URL] [--username U --password P] [--formatter json] (rabbitmqctl's commands)
 //
 // Every serve flag can also be set through an environment variable (WARREN_AMQP_LISTEN,
 // WARREN_HTTP_LISTEN, WARREN_DATA_DIR, WARREN_LOG_LEVEL); a flag given on the command line wins.
@@ -27,11 +28,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"warren/cmd/warren/internal/clustercmd"
+	"warren/cmd/warren/internal/ctl"
 	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
 	"warren/server/auth"
 	"warren/server/httpapi"
+	"warren/server/metrics"
 	"warren/server/tlsconf"
 )
 
@@ -48,7 +51,7 @@ const shutdownTimeout = 10 * time.Second
 func main() {
 	if err := newApp(os.Stdout, os.Stderr).Run(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "warren: %v\n", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -60,6 +63,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Writer:      stdout,
 		ErrWriter:   stderr,
 		HideVersion: true, // `warren version` is the one way to ask
+		// main prints errors and exits with their code (exitCode): the app itself never exits,
+		// so tests can run commands in-process.
+		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			{
 				Name:  "serve",
@@ -76,6 +82,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Usage:   "TCP `ADDRESS` of the HTTP API (RabbitMQ's management API paths under /api); empty disables it",
 						Value:   defaultHTTPListen,
 						EnvVars: []string{"WARREN_HTTP_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "prometheus-listen",
+						Usage:   "TCP `ADDRESS` of the Prometheus exporter (/metrics and /metrics/per-object, RabbitMQ's metric names); empty disables it",
+						Value:   metrics.DefaultListen,
+						EnvVars: []string{"WARREN_PROMETHEUS_LISTEN"},
 					},
 					&cli.StringFlag{
 						Name:    "data-dir",
@@ -256,7 +268,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer pprof.StopCPUProfile()
 					}
-					return serve(c.Context, cfg, c.String("http-listen"), c.String("https-listen"), c.String("heap-profile"))
+					return serve(c.Context, cfg, listeners{http: c.String("http-listen"), https: c.String("https-listen"),
+						prometheus: c.String("prometheus-listen"), heapProfile: c.String("heap-profile")})
 				},
 			},
 			{
@@ -267,6 +280,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return err
 				},
 			},
+			ctl.Command(),
 			clustercmd.Command(),
 			perf.Command(),
 			dlq.Command(),
@@ -291,6 +305,16 @@ func writeProfiles(path string) {
 		}
 		f.Close()
 	}
+}
+
+// exitCode is the process's exit status for err: the code a command chose (warren ctl uses
+// rabbitmqctl's), else 1.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return 1
 }
 
 // parsePeers reads --cluster-peers: id1=host:port,id2=host:port,...
@@ -347,10 +371,20 @@ func parseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("invalid log level %q: want debug, info, warn or error", s)
 }
 
+// listeners are serve's listener addresses ("" turns one off) and where to write a heap profile
+// at exit ("" writes none).
+type listeners struct{ http, https, prometheus, heapProfile string }
+
+// shutdowner is an HTTP listener serve stops before the broker.
+type shutdowner interface {
+	Shutdown(ctx context.Context) error
+}
+
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
-func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen, heapProfile string) error {
+func serve(ctx context.Context, cfg server.Config, ls listeners) error {
+	httpListen, httpsListen, heapProfile := ls.http, ls.https, ls.heapProfile
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
@@ -379,7 +413,7 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen, heap
 	if a := srv.TLSAddr(); a != nil {
 		startedArgs = append(startedArgs, "amqps", a.String())
 	}
-	var apis []*httpapi.Listener
+	var apis []shutdowner
 	stopAll := func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
@@ -404,6 +438,15 @@ func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen, heap
 		}
 		apis = append(apis, api)
 		startedArgs = append(startedArgs, l.name, api.Addr().String())
+	}
+	if ls.prometheus != "" {
+		exp, err := metrics.Listen(ls.prometheus, srv, metrics.Options{Version: version, Logger: cfg.Logger})
+		if err != nil {
+			stopAll()
+			return err
+		}
+		apis = append(apis, exp)
+		startedArgs = append(startedArgs, "prometheus", exp.Addr().String())
 	}
 	cfg.Logger.Info("warren started", append(startedArgs, "data_dir", cfg.DataDir)...)
 

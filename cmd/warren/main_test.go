@@ -77,6 +77,7 @@ func TestServeRejectsBadInput(t *testing.T) {
 func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("WARREN_AMQP_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_HTTP_LISTEN", "127.0.0.1:0")
+	t.Setenv("WARREN_PROMETHEUS_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_DATA_DIR", t.TempDir())
 	t.Setenv("WARREN_LOG_LEVEL", "debug")
 

@@ -27,6 +27,7 @@ import (
 	"warren/server/cluster"
 	"warren/server/policy"
 	"warren/server/queue"
+	"warren/server/stats"
 	"warren/storage"
 )
 
@@ -51,6 +52,8 @@ type Options struct {
 	// vhost and user), so a node told to stop while its cluster has no majority stops at once
 	// instead of after initTimeout.
 	StartAbort <-chan struct{}
+	// StatsInterval is how often message rates are sampled (0: stats.DefaultInterval, 5 s).
+	StatsInterval time.Duration
 }
 
 // Broker is the broker core of one node.
@@ -84,6 +87,9 @@ type Broker struct {
 	groups         groups   // consumer groups (groups.go)
 	nextConsumerID atomic.Uint64
 
+	stats   *stats.Registry // counters of channels, queues and churn
+	sampler *stats.Sampler  // samples stats for rates; stopped by Close
+
 	janitor chan *Queue
 	quit    chan struct{}
 	wg      sync.WaitGroup
@@ -104,6 +110,7 @@ func New(opts Options) (*Broker, error) {
 		vhosts:  make(map[string]*VHost),
 		janitor: make(chan *Queue, 64),
 		quit:    make(chan struct{}),
+		stats:   stats.NewRegistry(),
 	}
 	b.groups.byKey = make(map[groupKey]*groupState)
 	b.groups.local = make(map[uint64]*localMember)
@@ -131,6 +138,7 @@ func New(opts Options) (*Broker, error) {
 	}
 	b.bootstrapAccess()
 	b.forgetOwnBoots()
+	b.sampler = stats.StartSampler(b.stats, opts.StatsInterval)
 	return b, nil
 }
 
@@ -145,6 +153,7 @@ func (b *Broker) Close() {
 	close(b.quit)
 	b.closeGroups()
 	b.wg.Wait()
+	b.sampler.Stop()
 	if a := b.alarms.Load(); a != nil {
 		a.Stop()
 	}
@@ -185,6 +194,10 @@ func (b *Broker) VHosts() []*VHost {
 	slices.SortFunc(vs, func(a, c *VHost) int { return strings.Compare(a.name, c.name) })
 	return vs
 }
+
+// Stats is the node's counters layer: sessions count traffic on their channels' objects, queues
+// on theirs, and the HTTP API and the metrics exporter read it.
+func (b *Broker) Stats() *stats.Registry { return b.stats }
 
 // Logger is the core's logger.
 func (b *Broker) Logger() *slog.Logger { return b.log }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/server/stats"
 )
 
 // ClientConn is a client connection of any protocol, as the core and the HTTP API see it: the
@@ -55,14 +56,19 @@ func (b *Broker) RegisterConn(c ClientConn) {
 	r.next++
 	r.conns[c] = r.next
 	r.mu.Unlock()
+	b.stats.Inc(stats.ConnectionsOpened)
 }
 
 // UnregisterConn removes a connection added with RegisterConn.
 func (b *Broker) UnregisterConn(c ClientConn) {
 	r := &b.conns
 	r.mu.Lock()
+	_, was := r.conns[c]
 	delete(r.conns, c)
 	r.mu.Unlock()
+	if was {
+		b.stats.Inc(stats.ConnectionsClosed)
+	}
 }
 
 // Connections lists the open connections, oldest first.

@@ -8,6 +8,7 @@ import (
 	"warren/amqp"
 	"warren/exchange"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // deadLetterMessage returns the copy of msg that is republished to a dead-letter exchange: the
@@ -131,6 +132,7 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 	w := &fanout{done: done}
 	w.pending.Store(1) // held until every target has been handed its copy
 	for _, d := range dead {
+		src.counters.Inc(deadLetterKind(d.Reason))
 		if !st.hasDLX {
 			if d.Reason == queue.ReasonDeliveryLimit {
 				n := src.droppedDeliveryLimit.Add(1)
@@ -168,6 +170,19 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 		}
 	}
 	w.Done(nil)
+}
+
+// deadLetterKind is the counter of a dead-letter reason.
+func deadLetterKind(r queue.Reason) stats.Kind {
+	switch r {
+	case queue.ReasonExpired:
+		return stats.DeadLetteredExpired
+	case queue.ReasonMaxLen:
+		return stats.DeadLetteredMaxLen
+	case queue.ReasonDeliveryLimit:
+		return stats.DeadLetteredDeliveryLimit
+	}
+	return stats.DeadLetteredRejected
 }
 
 // fanout collects the outcomes of one dead-lettering's target publishes.

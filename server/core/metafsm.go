@@ -264,6 +264,7 @@ func (v *VHost) applyPutQueue(r QueueRecord, batch *storage.Batch) {
 func (v *VHost) dropReplica(q *Queue) {
 	q.Queue.Delete()
 	v.b.forgetStream(q)
+	v.b.stats.Release(q.counters)
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)

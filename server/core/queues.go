@@ -10,6 +10,7 @@ import (
 	"warren/server/cluster"
 	"warren/server/policy"
 	"warren/server/queue"
+	"warren/server/stats"
 	"warren/storage"
 )
 
@@ -34,7 +35,13 @@ type Queue struct {
 	pol        atomic.Pointer[queuePolicy] // its policies and the settings they give; nil: none
 
 	droppedDeliveryLimit atomic.Uint64 // over the delivery limit, dropped for lack of a DLX
+
+	counters *stats.Object // what happened to the queue (message_stats); released when it is removed
 }
+
+// Counters are the queue's traffic counters: sessions count what they route into it, deliver
+// from it and settle; the core counts its dead letters.
+func (q *Queue) Counters() *stats.Object { return q.counters }
 
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
@@ -104,6 +111,14 @@ type QueueDecl struct {
 // DeclareQueue declares (or checks) a queue, with RabbitMQ's rules and texts. owner is the
 // declaring connection; an exclusive queue belongs to it.
 func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Queue, *amqp.Error) {
+	q, err := v.declareQueue(ctx, d, owner)
+	if err == nil {
+		v.b.stats.Inc(stats.QueuesDeclared)
+	}
+	return q, err
+}
+
+func (v *VHost) declareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Queue, *amqp.Error) {
 	name := d.Name
 	if !d.Passive && !d.ServerNamed && strings.HasPrefix(name, "amq.") {
 		return nil, amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
@@ -230,6 +245,8 @@ func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recS
 	q := &Queue{vhost: v, name: rec.Name, id: rec.ID, kind: st.kind(), durable: durable, autoDelete: rec.AutoDelete,
 		owner: owner, args: rec.Args, settings: st, store: store, voters: rec.Voters, nonvoters: rec.Nonvoters}
 	q.hooks = &queueHooks{q: q}
+	// Counting starts before the queue opens: a replica replaying its log may dead-letter at once.
+	q.counters = b.stats.NewObject(stats.ScopeQueue, stats.Labels{VHost: v.name, Name: rec.Name, Type: q.kind})
 	eff := st
 	if m := b.policySet().Match(v.name, rec.Name, policy.QueueType(q.kind)); m != (policy.Match{}) {
 		eff = withPolicy(st, q.kind, rec.Args, m)
@@ -243,20 +260,32 @@ func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recS
 			open = b.openStreamReplica
 		}
 		if err := open(q, cfg); err != nil {
+			b.stats.Release(q.counters)
 			return nil, err
 		}
+		q.created(recovered)
 		return q, nil
 	}
 	t := b.types[q.kind]
 	if t == nil {
+		b.stats.Release(q.counters)
 		return nil, errUnknownType(q.kind)
 	}
 	impl, err := t.Open(cfg)
 	if err != nil {
+		b.stats.Release(q.counters)
 		return nil, err
 	}
 	q.Queue = impl
+	q.created(recovered)
 	return q, nil
+}
+
+// created counts a new queue (not one recovered at boot).
+func (q *Queue) created(recovered bool) {
+	if !recovered {
+		q.vhost.b.stats.Inc(stats.QueuesCreated)
+	}
 }
 
 type errUnknownType string
@@ -354,6 +383,8 @@ func (v *VHost) removeQueue(q *Queue, batch *storage.Batch) (int, exchange.Remov
 	if q.kind == "stream" && batch != nil {
 		v.b.dropGroupsOf(v.name, q.name, batch)
 	}
+	v.b.stats.Release(q.counters)
+	v.b.stats.Inc(stats.QueuesDeleted)
 	if q.group != nil {
 		if err := q.group.Remove(); err != nil {
 			v.b.log.Warn("cannot remove a replicated queue's group", "vhost", v.name, "queue", q.name, "err", err)

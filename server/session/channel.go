@@ -11,6 +11,7 @@ import (
 	"warren/server/auth"
 	"warren/server/core"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // publish assembly states.
@@ -76,6 +77,7 @@ type channel struct {
 	settleBuf    []unackedEntry // reused by applySettle
 	durable      sync.WaitGroup // replies waiting for their record writes (replyWhenDurable)
 	tagBuf       []queue.Tag    // reused by applySettle
+	counters     *stats.Object  // the channel's traffic (written by the reader and by queues' deliveries)
 
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.
 	globalLimit    atomic.Uint32
@@ -299,10 +301,21 @@ func (cs *consumer) Deliver(q queue.Queue, d queue.Delivery) bool {
 	}
 	ch.nextTag++
 	tag := ch.nextTag
+	qc := cs.q.Counters()
 	if !cs.noAck && !d.Settled {
-		ch.unacked.push(unackedEntry{tag: tag, q: q, cid: cs.id, id: d.ID, count: d.DeliveryCount, cons: cs, global: global})
-	} else if global {
-		ch.globalInflight.Add(-1)
+		ch.unacked.push(unackedEntry{tag: tag, q: q, cid: cs.id, id: d.ID, count: d.DeliveryCount, cons: cs, global: global, qc: qc})
+		ch.counters.Inc(stats.DeliveredAck)
+		qc.Inc(stats.DeliveredAck)
+	} else {
+		if global {
+			ch.globalInflight.Add(-1)
+		}
+		ch.counters.Inc(stats.DeliveredNoAck)
+		qc.Inc(stats.DeliveredNoAck)
+	}
+	if d.Redelivered {
+		ch.counters.Inc(stats.Redelivered)
+		qc.Inc(stats.Redelivered)
 	}
 	msg := d.Msg
 	if d.DeliveryCount > 0 {
@@ -389,6 +402,7 @@ type unackedEntry struct {
 	cons   *consumer        // nil for basic.get
 	global bool             // counted against the channel's global prefetch
 	done   bool
+	qc     *stats.Object // the queue's counters (acks)
 }
 
 // unackedList keeps unacked deliveries in delivery-tag order: tags only grow, so appends keep it

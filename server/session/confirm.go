@@ -7,6 +7,7 @@ import (
 
 	"warren/amqp"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // A channel in confirm mode gives every publish the next sequence number; every target queue
@@ -75,10 +76,12 @@ func (t *confirms) flushLocked(ch *channel) {
 	first := t.acked + 1
 	o := ch.c.out
 	if !t.closed && o.lockAppend() {
+		ok := n
 		for i := 0; i < n; i++ {
 			if !t.states[t.head+i].failed {
 				continue
 			}
+			ok--
 			seq := first + uint64(i)
 			if seq-1 > t.acked {
 				o.buf = amqp.AppendBasicAck(o.buf, ch.id, seq-1, seq-1-t.acked > 1)
@@ -90,6 +93,7 @@ func (t *confirms) flushLocked(ch *channel) {
 			o.buf = amqp.AppendBasicAck(o.buf, ch.id, last, last-t.acked > 1)
 		}
 		o.unlockAppend()
+		ch.counters.Add(stats.Confirmed, uint64(ok))
 	}
 	t.acked = first + uint64(n) - 1
 	t.head += n

@@ -17,6 +17,7 @@ import (
 
 	"warren/amqp"
 	"warren/server/core"
+	"warren/server/stats"
 	"warren/server/tlsconf"
 )
 
@@ -700,6 +701,8 @@ func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
 				len(c.channels), c.channelMax)}
 	}
 	ch := newChannel(c, id)
+	ch.counters = c.s.core.Stats().NewObject(stats.ScopeChannel, stats.Labels{VHost: c.vhost.Name(), Name: c.name(), Type: "AMQP 0-9-1", Channel: id})
+	c.s.core.Stats().Inc(stats.ChannelsOpened)
 	c.setACL(ch)
 	c.channels[id] = ch
 	if i := slices.Index(c.closedInRead, id); i >= 0 {
@@ -711,6 +714,10 @@ func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
 }
 
 func (c *conn) dropChannel(id uint16) {
+	if ch := c.channels[id]; ch != nil {
+		c.s.core.Stats().Release(ch.counters)
+		c.s.core.Stats().Inc(stats.ChannelsClosed)
+	}
 	delete(c.channels, id)
 	c.nChannels.Store(int32(len(c.channels)))
 }
@@ -789,6 +796,9 @@ func (c *conn) deleteExclusive(q *core.Queue) {
 		c.log.Warn("cannot delete an exclusive queue", "queue", q.Name(), "err", err.Text)
 	}
 }
+
+// name is RabbitMQ's name for the connection ("peer -> local"), as Info reports it.
+func (c *conn) name() string { return c.nc.RemoteAddr().String() + " -> " + c.nc.LocalAddr().String() }
 
 // Info implements core.ClientConn. The handshake's fields no longer change once the connection is
 // registered.

@@ -11,6 +11,7 @@ import (
 	"warren/server/auth"
 	"warren/server/core"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 const (
@@ -509,15 +510,29 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if gerr != nil {
 		return ch.queueError(q, "basic.get", gerr)
 	}
+	qc := q.Counters()
 	if !ok {
+		ch.counters.Inc(stats.GetEmpty)
+		qc.Inc(stats.GetEmpty)
 		ch.c.out.sendMethod(ch.id, &amqp.BasicGetEmpty{})
 		return nil
+	}
+	if m.NoAck {
+		ch.counters.Inc(stats.GetNoAck)
+		qc.Inc(stats.GetNoAck)
+	} else {
+		ch.counters.Inc(stats.GetAck)
+		qc.Inc(stats.GetAck)
+	}
+	if d.Redelivered {
+		ch.counters.Inc(stats.Redelivered)
+		qc.Inc(stats.Redelivered)
 	}
 	ch.mu.Lock()
 	ch.nextTag++
 	tag := ch.nextTag
 	if !m.NoAck {
-		ch.unacked.push(unackedEntry{tag: tag, q: q.Queue, id: d.ID, count: d.DeliveryCount})
+		ch.unacked.push(unackedEntry{tag: tag, q: q.Queue, id: d.ID, count: d.DeliveryCount, qc: qc})
 	}
 	msg := d.Msg
 	if d.DeliveryCount > 0 {
@@ -623,6 +638,7 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 	op := queue.SettleAck
 	switch {
 	case a.kind == 80:
+		countAcks(ch.counters, entries)
 	case a.requeue:
 		op = queue.SettleRequeue
 	default:
@@ -868,12 +884,17 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 			msg.Props = props.Append(nil)
 		}
 	}
+	ch.counters.Inc(stats.Published)
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToPrefix) {
 		if target := c.s.lookupReplyTo(msg.RoutingKey[len(replyToPrefix):]); target != nil && target.deliverReply(msg) {
+			ch.counters.Inc(stats.Routed)
 			return nil
 		}
 		if mandatory {
+			ch.counters.Inc(stats.UnroutableReturned)
 			ch.sendReturn(msg)
+		} else {
+			ch.counters.Inc(stats.UnroutableDropped)
 		}
 		return nil
 	}
@@ -899,6 +920,7 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		if out != nil {
 			out.remaining.Add(1)
 		}
+		q.Counters().Inc(stats.Published)
 		switch q.Publish(msg, done) {
 		case queue.Accepted:
 			delivered = true
@@ -907,10 +929,32 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		}
 		ch.routeQueues[i] = nil
 	}
-	if !delivered && !rejected && mandatory {
+	switch {
+	case !delivered && !rejected && mandatory:
+		ch.counters.Inc(stats.UnroutableReturned)
 		ch.sendReturn(msg)
+	case len(ch.routeQueues) == 0:
+		ch.counters.Inc(stats.UnroutableDropped)
+	default:
+		ch.counters.Inc(stats.Routed)
 	}
 	return nil
+}
+
+// countAcks counts acknowledged deliveries on the channel and on their queues, one add per run
+// of entries of the same queue.
+func countAcks(ch *stats.Object, entries []unackedEntry) {
+	ch.Add(stats.Acknowledged, uint64(len(entries)))
+	for i := 0; i < len(entries); {
+		qc, j := entries[i].qc, i+1
+		for j < len(entries) && entries[j].qc == qc {
+			j++
+		}
+		if qc != nil {
+			qc.Add(stats.Acknowledged, uint64(j-i))
+		}
+		i = j
+	}
 }
 
 func (ch *channel) sendReturn(msg *queue.Message) {
