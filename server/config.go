@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 	"warren/server/queue"
@@ -10,6 +11,17 @@ import (
 type Config struct {
 	// AMQPListen is the TCP address of the AMQP 0-9-1 listener.
 	AMQPListen string
+	// StreamListen is the TCP address of the stream-protocol listener (RabbitMQ's 5552); empty
+	// turns it off.
+	StreamListen string
+	// StreamTLSListen is the TCP address of the stream protocol over TLS (off when empty), with
+	// StreamTLS's certificates.
+	StreamTLSListen string
+	StreamTLS       *tls.Config
+	// StreamAdvertisedHost and StreamAdvertisedPort are what stream clients are told to connect
+	// to (metadata, open); default the listener's address.
+	StreamAdvertisedHost string
+	StreamAdvertisedPort int
 	// DataDir holds the broker's data.
 	DataDir string
 	// Logger receives the broker's logs; nil means slog.Default().
@@ -58,6 +70,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		AMQPListen:          "127.0.0.1:5672",
+		StreamListen:        "127.0.0.1:5552",
 		DataDir:             "./warren-data",
 		Heartbeat:           60 * time.Second,
 		FrameMax:            131072,

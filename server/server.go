@@ -18,6 +18,7 @@ import (
 	"warren/server/core"
 	"warren/server/queue/streamq"
 	"warren/server/session"
+	"warren/server/streamproto"
 	"warren/storage"
 )
 
@@ -30,6 +31,8 @@ type Server struct {
 	node *cluster.Node
 	core *core.Broker
 	amqp *session.Server
+	// stream is the stream-protocol front-end (nil when its listeners are off).
+	stream *streamproto.Server
 
 	mu      sync.Mutex
 	started bool
@@ -106,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 		Core: b, Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, FrameMax: cfg.FrameMax, ChannelMax: cfg.ChannelMax,
 		MaxMessageSize: cfg.MaxMessageSize, Version: cfg.Version, Authenticate: s.Authenticate,
 	})
+	s.newStreamFrontEnd()
 	return s, nil
 }
 
@@ -114,6 +118,10 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.AMQPListen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.AMQPListen, err)
+	}
+	if err := s.startStream(); err != nil {
+		ln.Close()
+		return err
 	}
 	s.mu.Lock()
 	s.started = true
@@ -138,6 +146,9 @@ func (s *Server) Version() string { return s.cfg.Version }
 // storage.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.amqp.Shutdown(ctx)
+	if serr := s.shutdownStream(ctx); err == nil {
+		err = serr
+	}
 	s.core.Close()
 	if cerr := s.node.Close(); cerr != nil {
 		s.log.Warn("cannot stop the cluster layer cleanly", "err", cerr)
