@@ -180,7 +180,7 @@ func (b *broker) PID() int {
 
 // launchBroker starts `warren serve` on a free loopback port with its data in dataDir and
 // waits until it accepts connections. A port taken between probing and binding is retried.
-func launchBroker(bin, dataDir string) (*broker, error) {
+func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := freePort()
@@ -194,7 +194,8 @@ func launchBroker(bin, dataDir string) (*broker, error) {
 			out:  &syncBuffer{},
 			done: make(chan struct{}),
 		}
-		b.cmd = exec.Command(bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", dataDir)
+		args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", dataDir}, extraArgs...)
+		b.cmd = exec.Command(bin, args...)
 		b.cmd.Stdout = b.out
 		b.cmd.Stderr = b.out
 		if err := b.cmd.Start(); err != nil {

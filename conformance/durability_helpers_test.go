@@ -34,6 +34,7 @@ import (
 type node struct {
 	t       testing.TB
 	dir     string
+	args    []string // more `warren serve` flags
 	b       *broker
 	lives   int
 	history []string // tails of the logs of earlier processes, for failure reports
@@ -43,10 +44,16 @@ type node struct {
 // stopped with SIGTERM; on failure the logs of the last processes are printed.
 func newNode(t testing.TB) *node {
 	t.Helper()
+	return newNodeAt(t, t.TempDir())
+}
+
+// newNodeAt is newNode on data directory dir, with more `warren serve` flags.
+func newNodeAt(t testing.TB, dir string, args ...string) *node {
+	t.Helper()
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
-	n := &node{t: t, dir: t.TempDir()}
+	n := &node{t: t, dir: dir, args: args}
 	n.start()
 	t.Cleanup(func() {
 		if n.b != nil {
@@ -71,7 +78,7 @@ func newNode(t testing.TB) *node {
 func (n *node) start() {
 	n.t.Helper()
 	start := time.Now()
-	b, err := launchBroker(testEnv.bin, n.dir)
+	b, err := launchBroker(testEnv.bin, n.dir, n.args...)
 	if err != nil {
 		n.t.Fatalf("start broker on %s (start #%d, %v after launch): %v", n.dir, n.lives+1, time.Since(start), err)
 	}

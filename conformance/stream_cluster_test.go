@@ -393,6 +393,12 @@ func TestClusterStreamChaos(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
 	leaderKills := 0
+	type leaderKill struct {
+		at       time.Time
+		elected  time.Duration // until a running node names another leader
+		newLeader string
+	}
+	var lkills []leaderKill
 	for k := range kills {
 		var victim *clusterNode
 		if k%3 == 0 {
@@ -415,8 +421,20 @@ func TestClusterStreamChaos(t *testing.T) {
 		if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" && victim.b != nil {
 			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", victim.ID, victim.lives)), []byte(victim.b.logs()), 0o644)
 		}
+		isLeader := k%3 == 0
+		killedAt := time.Now()
 		victim.kill9()
-		t.Logf("kill %d: SIGKILL %s at %s (%d confirmed so far)", k+1, victim.ID, time.Now().Format("15:04:05.000"), confirmedBefore)
+		t.Logf("kill %d: SIGKILL %s at %s (%d confirmed so far)", k+1, victim.ID, killedAt.Format("15:04:05.000"), confirmedBefore)
+		if isLeader {
+			st := pollStatus(t, 30*time.Second, group+" has a new leader", c.Nodes, func(s clusterStatus) bool {
+				g, ok := s.group(group)
+				return ok && g.Leader != "" && g.Leader != victim.ID
+			})
+			g, _ := st.group(group)
+			lk := leaderKill{at: killedAt, elected: time.Since(killedAt), newLeader: g.Leader}
+			lkills = append(lkills, lk)
+			t.Logf("kill %d: %s leads the stream %v after the leader's SIGKILL", k+1, g.Leader, lk.elected.Round(time.Millisecond))
+		}
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
 		victim.launch()
 		victim.waitAccepting(30 * time.Second)
@@ -449,6 +467,31 @@ func TestClusterStreamChaos(t *testing.T) {
 	if len(confirmed) < 1000 {
 		t.Fatalf("only %d publishes were confirmed in %v", len(confirmed), end.Sub(begin))
 	}
+	// Failover as publishers see it: the longest time without any confirm (of either publisher)
+	// across each leader kill.
+	var acks []time.Time
+	for _, p := range pubs {
+		p.mu.Lock()
+		acks = append(acks, p.ackTimes...)
+		p.mu.Unlock()
+	}
+	slices.SortFunc(acks, func(a, b time.Time) int { return a.Compare(b) })
+	var worstFailover time.Duration
+	for _, lk := range lkills {
+		gap := time.Duration(0)
+		for i := 1; i < len(acks); i++ {
+			if acks[i].After(lk.at) && acks[i-1].Before(lk.at.Add(time.Second)) {
+				gap = max(gap, acks[i].Sub(acks[i-1]))
+			}
+			if acks[i-1].After(lk.at.Add(10 * time.Second)) {
+				break
+			}
+		}
+		worstFailover = max(worstFailover, gap)
+		t.Logf("leader kill at %s: new leader %s after %v; longest gap between confirms across it %v", lk.at.Format("15:04:05.000"),
+			lk.newLeader, lk.elected.Round(time.Millisecond), gap.Round(time.Millisecond))
+	}
+	t.Logf("failover: longest confirm gap across a leader kill %v", worstFailover.Round(time.Millisecond))
 
 	// The consumer catches up with everything confirmed.
 	if !pollUntil(60*time.Second, func() bool {

@@ -114,6 +114,9 @@ type Exchange struct {
 
 	// alternate is the alternate-exchange argument ("" if none).
 	alternate string
+	// policyAlternate is the alternate exchange a policy gives it ("" if none); the argument
+	// wins when both are set, as in RabbitMQ. Guarded by the Registry's lock.
+	policyAlternate string
 	// out holds every binding whose source is this exchange, grouped by
 	// destination; nOut counts them.
 	out  map[destRef][]*binding

@@ -228,6 +228,29 @@ func describeArg(v any, present bool) string {
 	return "the value '" + erlValue(v) + "' of type '" + amqp.TypeName(v) + "'"
 }
 
+// SetPolicyAlternate sets the alternate exchange a policy gives the named exchange ("" for
+// none); the exchange's own alternate-exchange argument still wins. It reports whether the
+// exchange exists.
+func (r *Registry) SetPolicyAlternate(name, alternate string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.exchanges[name]
+	if x == nil {
+		return false
+	}
+	x.policyAlternate = alternate
+	return true
+}
+
+// alternateExchange is the exchange's alternate: its argument, else its policy's (the
+// Registry's lock held).
+func (x *Exchange) alternateExchange() string {
+	if x.alternate != "" {
+		return x.alternate
+	}
+	return x.policyAlternate
+}
+
 // Get returns the named exchange; "" is the default exchange.
 func (r *Registry) Get(name string) (*Exchange, bool) {
 	r.mu.RLock()

@@ -109,8 +109,8 @@ func (r *Registry) Route(dst []string, exchangeName, routingKey string, extraKey
 		} else {
 			dst, a = routeOne(dst, a, x, routingKey, extraKeys, headers)
 		}
-		if a.matched == 0 && x.alternate != "" {
-			if ae := r.exchanges[x.alternate]; ae != nil && ae.Name != "" {
+		if alt := x.alternateExchange(); a.matched == 0 && alt != "" {
+			if ae := r.exchanges[alt]; ae != nil && ae.Name != "" {
 				a.xs = append(a.xs, ae)
 			}
 		}

@@ -1,10 +1,10 @@
 package server
 
 import (
-	"fmt"
 	"net"
 
 	"warren/amqp"
+	"warren/server/auth"
 	"warren/server/cluster"
 	"warren/server/core"
 )
@@ -37,6 +37,10 @@ type QueueInfo struct {
 	Ready       int // messages waiting for a consumer (0 for streams, as RabbitMQ's queue counters)
 	Unacked     int // messages delivered and not yet settled
 	Consumers   int
+	// Policy and OperatorPolicy name what applies to the queue ("" for none);
+	// EffectivePolicyDefinition is their merged definition, as RabbitMQ's API shows it.
+	Policy, OperatorPolicy    string
+	EffectivePolicyDefinition map[string]any
 }
 
 // Queues lists the declared queues of every vhost, by vhost then name.
@@ -65,10 +69,12 @@ func (s *Server) Queue(vhost, name string) (QueueInfo, bool) {
 
 func queueInfo(q *core.Queue) QueueInfo {
 	st := q.Stats()
+	m := q.PolicyMatch()
 	return QueueInfo{
 		Name: q.Name(), VHost: q.VHost().Name(), Type: q.Kind(),
 		Durable: q.Durable(), AutoDelete: q.AutoDelete(), Exclusive: q.Exclusive(), Arguments: q.Args(),
 		Ready: st.Ready, Unacked: st.Unacked, Consumers: st.Consumers,
+		Policy: m.PolicyName(), OperatorPolicy: m.OperatorPolicyName(), EffectivePolicyDefinition: m.EffectiveDefinition(),
 	}
 }
 
@@ -80,6 +86,7 @@ type ExchangeInfo struct {
 	AutoDelete  bool
 	Internal    bool
 	Arguments   amqp.Table
+	Policy      string // the policy that applies ("" for none)
 }
 
 // Exchanges lists the exchanges of every vhost, the default exchange ("") included.
@@ -88,7 +95,8 @@ func (s *Server) Exchanges() []ExchangeInfo {
 	for _, v := range s.core.VHosts() {
 		for _, ex := range v.Exchanges() { // sorted by name
 			out = append(out, ExchangeInfo{Name: ex.Name, VHost: v.Name(), Type: ex.Kind.String(),
-				Durable: ex.Durable, AutoDelete: ex.AutoDelete, Internal: ex.Internal, Arguments: ex.Args})
+				Durable: ex.Durable, AutoDelete: ex.AutoDelete, Internal: ex.Internal, Arguments: ex.Args,
+				Policy: v.ExchangePolicy(ex.Name).PolicyName()})
 		}
 	}
 	return out
@@ -123,13 +131,8 @@ func (s *Server) ClusterAddr() string { return s.node.Addr() }
 func (s *Server) ClusterStatus() cluster.Status { return s.node.Status() }
 
 // Authenticate checks a user's password as the AMQP listener does for a client at remote, so
-// the HTTP API lets in exactly whom AMQP lets in (guest only from loopback, as RabbitMQ).
-func (s *Server) Authenticate(user, pass string, remote net.Addr) error {
-	if user != "guest" || pass != "guest" {
-		return fmt.Errorf("login refused for user %q", user)
-	}
-	if ta, ok := remote.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		return fmt.Errorf("user %q may only log in from loopback", user)
-	}
-	return nil
+// the HTTP API lets in exactly whom AMQP lets in (loopback users only from loopback, as
+// RabbitMQ). cache, if not nil, remembers the last check of one HTTP connection.
+func (s *Server) Authenticate(user, pass string, remote net.Addr, cache *auth.Cache) (core.Principal, error) {
+	return s.core.Login("PLAIN", user, pass, remote, cache)
 }

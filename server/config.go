@@ -1,10 +1,12 @@
 package server
 
 import (
-	"crypto/tls"
 	"log/slog"
 	"time"
+
+	"warren/server/auth"
 	"warren/server/queue"
+	"warren/server/tlsconf"
 )
 
 // Config is the broker configuration. DefaultConfig gives the defaults; cmd/warren maps flags onto it.
@@ -15,9 +17,8 @@ type Config struct {
 	// turns it off.
 	StreamListen string
 	// StreamTLSListen is the TCP address of the stream protocol over TLS (off when empty), with
-	// StreamTLS's certificates.
+	// the certificates of TLS (as the AMQPS listener).
 	StreamTLSListen string
-	StreamTLS       *tls.Config
 	// StreamAdvertisedHost and StreamAdvertisedPort are what stream clients are told to connect
 	// to (metadata, open); default the listener's address.
 	StreamAdvertisedHost string
@@ -64,6 +65,27 @@ type Config struct {
 	// ClusterJoin starts the node without bootstrapping: it waits to be added to a running cluster
 	// (warren cluster add).
 	ClusterJoin bool
+
+	// DefaultUser and DefaultPass are the user created when the node or cluster is first
+	// bootstrapped, tagged administrator with full permissions on "/" (default guest/guest; an
+	// empty DefaultUser creates none). Later starts do not change users.
+	DefaultUser, DefaultPass string
+	// LoopbackUsers may log in only from a loopback address (default guest, as RabbitMQ's
+	// loopback_users). An empty, non-nil slice lets every user in from anywhere.
+	LoopbackUsers []string
+
+	// AMQPSListen is the TCP address of the AMQP 0-9-1 over TLS listener ("" = none); it needs
+	// TLS.CertFile and TLS.KeyFile.
+	AMQPSListen string
+	// TLS are the certificate files of the AMQPS listener (and of the HTTPS API); Reload
+	// (SIGHUP) reads them again.
+	TLS tlsconf.Options
+	// TLSLoginFrom is which part of a verified client certificate the EXTERNAL mechanism logs in
+	// as: distinguished_name (default) or common_name.
+	TLSLoginFrom auth.LoginFrom
+	// LoadDefinitions is a definitions file (RabbitMQ's JSON) imported at boot; a file that
+	// cannot be imported stops the boot with the reason.
+	LoadDefinitions string
 }
 
 // DefaultConfig returns the configuration `warren serve` uses when given no flags.
@@ -80,5 +102,9 @@ func DefaultConfig() Config {
 		ConsumerTimeout:     30 * time.Minute,
 		DiskFreeLimit:       50_000_000,
 		Version:             "dev",
+		DefaultUser:         "guest",
+		DefaultPass:         "guest",
+		LoopbackUsers:       []string{"guest"},
+		TLSLoginFrom:        auth.LoginFromDistinguishedName,
 	}
 }

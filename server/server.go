@@ -16,9 +16,11 @@ import (
 	"warren/amqp"
 	"warren/server/cluster"
 	"warren/server/core"
+	"warren/server/queue"
 	"warren/server/queue/streamq"
 	"warren/server/session"
 	"warren/server/streamproto"
+	"warren/server/tlsconf"
 	"warren/storage"
 )
 
@@ -31,8 +33,11 @@ type Server struct {
 	node *cluster.Node
 	core *core.Broker
 	amqp *session.Server
+	tls  *tlsconf.Config // the AMQPS listener's, nil without one
 	// stream is the stream-protocol front-end (nil when its listeners are off).
 	stream *streamproto.Server
+
+	tlsAddr net.Addr
 
 	mu      sync.Mutex
 	started bool
@@ -89,15 +94,35 @@ func New(cfg Config) (*Server, error) {
 				b.PeerChanged(id, up)
 			}
 		},
+		CountConnections: func(vhost string) int {
+			if b := coreRef.Load(); b != nil {
+				return b.LocalConnections(vhost)
+			}
+			return 0
+		},
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("start cluster node: %w", err)
 	}
 	s.node = node
-	types := append(append(core.LegacyTypes(), streamq.Type{}), cfg.QueueTypes...)
+	types := append([]queue.Type{queue.ClassicType{}, queue.QuorumType{}, streamq.Type{}}, cfg.QueueTypes...)
+	if cfg.LoopbackUsers == nil {
+		cfg.LoopbackUsers = def.LoopbackUsers
+	}
+	if cfg.TLSLoginFrom == "" {
+		cfg.TLSLoginFrom = def.TLSLoginFrom
+	}
+	if cfg.AMQPSListen != "" || cfg.StreamTLSListen != "" {
+		if s.tls, err = tlsconf.Load(cfg.TLS); err != nil {
+			node.Close()
+			db.Close()
+			return nil, fmt.Errorf("TLS listener: %w", err)
+		}
+	}
 	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
-		ConsumerTimeout: cfg.ConsumerTimeout, Types: types})
+		ConsumerTimeout: cfg.ConsumerTimeout, Types: types,
+		DefaultUser: cfg.DefaultUser, DefaultPass: cfg.DefaultPass, LoopbackUsers: cfg.LoopbackUsers})
 	if err != nil {
 		node.Close()
 		db.Close()
@@ -107,8 +132,16 @@ func New(cfg Config) (*Server, error) {
 	s.core = b
 	s.amqp = session.New(session.Config{
 		Core: b, Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, FrameMax: cfg.FrameMax, ChannelMax: cfg.ChannelMax,
-		MaxMessageSize: cfg.MaxMessageSize, Version: cfg.Version, Authenticate: s.Authenticate,
+		MaxMessageSize: cfg.MaxMessageSize, Version: cfg.Version, LoginFrom: cfg.TLSLoginFrom,
 	})
+	if cfg.LoadDefinitions != "" {
+		if err := s.loadDefinitionsFile(cfg.LoadDefinitions); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.Shutdown(ctx)
+			return nil, err
+		}
+	}
 	s.newStreamFrontEnd()
 	return s, nil
 }
@@ -126,14 +159,39 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	s.started = true
 	s.mu.Unlock()
+	var tlsLn net.Listener
+	if s.cfg.AMQPSListen != "" {
+		if tlsLn, err = net.Listen("tcp", s.cfg.AMQPSListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w", s.cfg.AMQPSListen, err)
+		}
+	}
 	s.core.StartAlarms(s.cfg.DataDir, s.memoryLimit(), s.cfg.DiskFreeLimit)
 	s.log.Info("AMQP listener started", "addr", ln.Addr().String())
 	s.amqp.Serve(ln)
+	if tlsLn != nil {
+		s.tlsAddr = tlsLn.Addr()
+		s.log.Info("AMQPS listener started", "addr", tlsLn.Addr().String(), "verify_peer", s.cfg.TLS.VerifyPeer,
+			"certificate_expires", s.tls.Certificate().NotAfter)
+		s.amqp.ServeTLS(tlsLn, s.tls)
+	}
 	return nil
 }
 
 // Addr returns the bound AMQP address (nil before Start).
 func (s *Server) Addr() net.Addr { return s.amqp.Addr() }
+
+// TLSAddr returns the bound AMQPS address (nil without one or before Start).
+func (s *Server) TLSAddr() net.Addr { return s.tlsAddr }
+
+// ReloadTLS reads the AMQPS certificate files again (SIGHUP); connections opened afterwards use
+// them. Without an AMQPS listener it does nothing.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Reload()
+}
 
 // Core is the node's broker core (for the HTTP API and other front-ends).
 func (s *Server) Core() *core.Broker { return s.core }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 
 	"warren/server/auth"
 	"warren/server/streamproto"
@@ -15,24 +17,25 @@ func (s *Server) newStreamFrontEnd() {
 	if s.cfg.StreamListen == "" && s.cfg.StreamTLSListen == "" {
 		return
 	}
-	full, _ := auth.NewGrant(auth.FullAccess)
 	s.stream = streamproto.New(streamproto.Config{
 		Core: s.core, Logger: s.log, Heartbeat: s.cfg.Heartbeat,
 		AdvertisedHost: s.cfg.StreamAdvertisedHost, AdvertisedPort: s.cfg.StreamAdvertisedPort,
 		Authenticate: func(user, pass string, remote net.Addr) error {
-			if err := s.Authenticate(user, pass, nil); err != nil {
-				return err
-			}
-			if ta, ok := remote.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+			_, err := s.core.Login("PLAIN", user, pass, remote, nil)
+			var le *auth.LoginError
+			if errors.As(err, &le) && strings.HasSuffix(le.Reason, "can only connect via localhost") {
 				return &streamproto.LoopbackError{User: user}
 			}
-			return nil
+			return err
 		},
 		Grant: func(user, vhost string) (*auth.Grant, error) {
 			if s.core.VHost(vhost) == nil {
 				return nil, fmt.Errorf("vhost '%s' does not exist", vhost)
 			}
-			return full, nil
+			if err := s.core.CheckConnectionLimit(vhost, user); err != nil {
+				return nil, err
+			}
+			return s.core.VHostGrant(user, vhost), nil
 		},
 	})
 }
@@ -53,7 +56,7 @@ func (s *Server) startStream() error {
 	}
 	if s.cfg.StreamTLSListen != "" {
 		var err error
-		if s.cfg.StreamTLS == nil {
+		if s.tls == nil {
 			err = fmt.Errorf("stream protocol: --stream-tls-listen %s needs a TLS certificate", s.cfg.StreamTLSListen)
 		} else {
 			tlsLn, err = streamproto.Listen(s.cfg.StreamTLSListen)
@@ -71,7 +74,7 @@ func (s *Server) startStream() error {
 	}
 	if tlsLn != nil {
 		s.log.Info("stream protocol TLS listener started", "addr", tlsLn.Addr().String())
-		s.stream.ServeTLS(tlsLn, s.cfg.StreamTLS)
+		s.stream.ServeTLS(tlsLn, s.tls.TLSConfig())
 	}
 	return nil
 }

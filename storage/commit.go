@@ -30,8 +30,9 @@ type op struct {
 // a larger one is split over several (each one atomic), so after a crash a prefix of its transactions may
 // be present. A Batch is not safe for concurrent use.
 type Batch struct {
-	ops   []op
-	bytes int64
+	ops     []op
+	bytes   int64
+	reserve bool
 }
 
 // Set adds a write of value under key. The batch keeps both slices: the caller must not modify them until
@@ -47,6 +48,13 @@ func (b *Batch) Delete(key []byte) {
 	b.bytes += int64(len(key))
 }
 
+// UseReserve lets the batch use the room storage keeps for deletes when the disk is nearly full (see
+// space.go): down to the floor rather than the reserve. It is for small writes that must still work
+// so that a full disk can be drained: acknowledgements and settlements kept in a raft log, raft votes,
+// a requeued message's delivery count, metadata, stream offsets and retention. A batch that only
+// deletes uses the reserve without it. Reset clears the mark.
+func (b *Batch) UseReserve() { b.reserve = true }
+
 // Len returns the number of operations in the batch.
 func (b *Batch) Len() int { return len(b.ops) }
 
@@ -55,14 +63,18 @@ func (b *Batch) Reset() {
 	clear(b.ops)
 	b.ops = b.ops[:0]
 	b.bytes = 0
+	b.reserve = false
 }
 
 // pending is one queued Commit.
 type pending struct {
-	ops   []op
-	bytes int64
-	done  func(error)
-	err   error // set when the batch was rejected before queueing; it is not written
+	ops       []op
+	bytes     int64
+	charge    int64 // disk space the batch will take (space.go); 0 when nothing is checked
+	dels      int   // delete operations
+	essential bool  // may go below the reserve, down to the floor
+	done      func(error)
+	err       error // set when the batch was rejected before writing; it is not written
 }
 
 // Commit queues b for the group committer and returns at once. Commit takes b's operations: on return b is
@@ -77,10 +89,19 @@ type pending struct {
 // Back-pressure: the queue is bounded (16 MiB of payload or 64k operations); Commit blocks while it is
 // full, except while the committer is running callbacks (so a callback's Commit cannot deadlock). After
 // Close, Commit calls done(ErrClosed) on the calling goroutine.
+//
+// Disk space: when the file system is down to the reserve storage keeps (space.go), the committer
+// refuses the batch instead of writing it and done gets an error matching ErrNoSpace; batches that
+// only delete, or are marked with UseReserve, may go further, down to the floor.
 func (d *DB) Commit(b *Batch, done func(error)) {
 	p := pending{ops: b.ops, bytes: b.bytes, done: done}
-	b.ops, b.bytes = nil, 0
+	reserve := b.reserve
+	b.ops, b.bytes, b.reserve = nil, 0, false
 	p.err = d.validate(p.ops)
+	if d.space != nil && len(p.ops) > 0 {
+		p.charge, p.dels = chargeOf(p.ops, d.valueThresh)
+		p.essential = reserve || p.dels == len(p.ops)
+	}
 
 	d.mu.Lock()
 	// While the committer runs callbacks it is not draining the queue; a callback may call Commit, so
@@ -166,8 +187,13 @@ func (d *DB) committer() {
 		d.mu.Unlock()
 
 		start := time.Now()
+		if d.space != nil {
+			d.space.admitRound(round)
+		}
 		errs = d.commitRound(round, errs[:0])
 		lastCommit = time.Since(start)
+		// Counted before the callbacks run, so a caller that was answered sees its batch counted.
+		d.statBatches.Add(uint64(len(round)))
 		d.mu.Lock()
 		d.inCallbacks = true
 		d.mu.Unlock()
@@ -179,13 +205,13 @@ func (d *DB) committer() {
 		d.mu.Lock()
 		d.inCallbacks = false
 		d.mu.Unlock()
-		d.statBatches.Add(uint64(len(round)))
 		lastRound = len(round)
 		var written int64
 		for i := range round {
 			written += round[i].bytes
 		}
 		d.maybeTrim(written)
+		d.maybeReclaim()
 
 		clear(round)
 		d.mu.Lock()
@@ -244,6 +270,7 @@ func (d *DB) waitForWork(lastRound int, lastCommit time.Duration, timer *time.Ti
 				}
 			}
 			d.maybeTrim(0)
+			d.maybeReclaim()
 		}
 	}
 }

@@ -15,6 +15,8 @@ const (
 	PrefixStreamOffset byte = 0x21 // 0x21 | stream u64 | consumer name
 	PrefixStreamMeta   byte = 0x22 // 0x22 | stream u64
 	PrefixSeq          byte = 0x30 // 0x30 | name : persistent counters (e.g. next queue id)
+
+	prefixReclaim byte = 0x7f // one key, written and dropped at once by reclaim (reclaim.go)
 )
 
 // U64Key returns prefix | a (8 bytes, big-endian) | rest... concatenated.

@@ -98,7 +98,8 @@ func (d *DB) Scan(prefix []byte, keysOnly bool, fn func(key, value []byte) error
 
 // DeleteRange deletes every key with the prefix and returns how many it deleted. It iterates keys only
 // and deletes through a badger WriteBatch (never DropPrefix, which stalls all writes). It is synchronous.
-// Keys written under the prefix while it runs may survive.
+// Keys written under the prefix while it runs may survive. Its deletes are charged like a batch that
+// only deletes (space.go): on a disk down to the floor it stops with ErrNoSpace, having deleted a part.
 func (d *DB) DeleteRange(prefix []byte) (int, error) {
 	if err := d.readLock(); err != nil {
 		return 0, err
@@ -110,6 +111,7 @@ func (d *DB) DeleteRange(prefix []byte) (int, error) {
 	defer wb.Cancel()
 	n := 0
 	var delErr error
+	var budget int64 // charged (space.go) and not yet used
 	err := d.bdb.View(func(txn *badger.Txn) error {
 		io := badger.DefaultIteratorOptions
 		io.Prefix = prefix
@@ -117,7 +119,20 @@ func (d *DB) DeleteRange(prefix []byte) (int, error) {
 		it := txn.NewIterator(io)
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			if delErr = wb.Delete(it.Item().KeyCopy(nil)); delErr != nil {
+			key := it.Item().KeyCopy(nil)
+			if d.space != nil {
+				// A tombstone in the WAL, and later in a level-0 table (see chargeOf).
+				c := (int64(len(key)) + entryOverhead) * 21 / 10
+				if c > budget {
+					chunk := max(c, deleteRangeCharge)
+					if delErr = d.space.admit(chunk, true); delErr != nil {
+						return delErr
+					}
+					budget += chunk
+				}
+				budget -= c
+			}
+			if delErr = wb.Delete(key); delErr != nil {
 				return delErr
 			}
 			n++
@@ -130,8 +145,14 @@ func (d *DB) DeleteRange(prefix []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("storage: delete range %x: %w", prefix, err)
 	}
+	if d.space != nil {
+		d.space.addDeletes(n)
+	}
 	return n, nil
 }
+
+// deleteRangeCharge is how much DeleteRange charges at a time: one lock for about a thousand deletes.
+const deleteRangeCharge = 64 << 10
 
 // Stats are cumulative counters for benchmarks and metrics.
 type Stats struct {

@@ -1,6 +1,7 @@
 // Package storage is Warren's durable storage engine: one badger DB per node, a group committer that packs
-// many writes from many connections into few fsynced transactions, background value-log GC and recovery
-// checks at open. It stores bytes and knows nothing about AMQP.
+// many writes from many connections into few fsynced transactions, background value-log GC, recovery
+// checks at open, and the disk-space reserve that keeps badger from ever meeting a full disk (space.go).
+// It stores bytes and knows nothing about AMQP.
 package storage
 
 import (
@@ -43,6 +44,8 @@ const (
 	formatFileName = "FORMAT"
 	formatPrefix   = "warren-storage "
 
+	// The value threshold, memtable and value-log sizes decide what badger pre-allocates and writes on
+	// its own, and so the disk-space reserve: see space.go.
 	defaultValueThreshold = 512
 	defaultMemTableSize   = 16 << 20
 	defaultNumMemtables   = 2
@@ -73,11 +76,15 @@ type Options struct {
 	GCInterval time.Duration
 
 	// Unexported knobs for tests and tuning.
-	maxPendingBytes  int64 // committer queue bound in payload bytes (default 16 MiB)
-	maxPendingOps    int   // committer queue bound in operations (default 64k)
-	memTableSize     int64 // default 16 MiB
-	valueLogFileSize int64 // default 64 MiB
-	trimBudget       int64 // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
+	maxPendingBytes  int64         // committer queue bound in payload bytes (default 16 MiB)
+	maxPendingOps    int           // committer queue bound in operations (default 64k)
+	memTableSize     int64         // default 16 MiB
+	valueLogFileSize int64         // default 64 MiB
+	trimBudget       int64         // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
+	statfs           statfsFunc    // free-space source (default statfs(2)); see space.go
+	deleteRoom       int64         // reserve - floor (default 16 MiB)
+	ballastSize      int64         // default 32 MiB; <0 = no ballast
+	maintainEvery    time.Duration // maintenance tick (default 1 s; reclaim.go)
 }
 
 // DB is the node's storage engine. All methods are safe for concurrent use.
@@ -105,8 +112,14 @@ type DB struct {
 	inCallbacks  bool // the committer is running done callbacks: Commit does not block then
 	committerEnd chan struct{}
 
+	// The maintenance goroutine (reclaim.go): value-log GC and the disk-space work; closed by Close.
 	gcStop chan struct{}
 	gcEnd  chan struct{}
+
+	// Disk-space accounting (space.go); nil in memory. reclaimWanted asks the committer to flush the
+	// memtable, compact level 0 and run value-log GC (reclaim.go).
+	space         *space
+	reclaimWanted atomic.Bool
 
 	// RSS trimmer; see trim.go. mapMu is held shared by everything that can make badger unmap or move a
 	// value-log mapping outside a commit, and exclusively by the trim.
@@ -168,6 +181,9 @@ func Open(opts Options) (*DB, error) {
 	if opts.trimBudget == 0 {
 		opts.trimBudget = defaultTrimBudget
 	}
+	if opts.maintainEvery <= 0 {
+		opts.maintainEvery = defaultMaintainEvery
+	}
 
 	d := &DB{opts: opts, log: log}
 	var logs []logInspection
@@ -195,6 +211,14 @@ func Open(opts Options) (*DB, error) {
 			return nil, err
 		}
 		logs = inspectLogs(dir, log)
+		// Before badger: on a full disk its Open would fault on a mapped page (space.go).
+		d.space = newSpace(dir, log, opts)
+		if ok, err := d.space.open(); err != nil {
+			d.unlock()
+			return nil, err
+		} else if !ok {
+			d.space = nil
+		}
 	}
 
 	bopts := d.badgerOptions()
@@ -219,10 +243,15 @@ func Open(opts Options) (*DB, error) {
 
 	d.gcStop = make(chan struct{})
 	d.gcEnd = make(chan struct{})
-	if opts.InMemory || opts.GCInterval < 0 {
+	switch {
+	case opts.InMemory || d.space == nil && opts.GCInterval < 0:
 		close(d.gcEnd)
-	} else {
-		go d.gcLoop(opts.GCInterval)
+	default:
+		if d.space != nil {
+			d.space.measure(0)
+			d.space.maybeCreateBallast()
+		}
+		go d.maintain(opts.GCInterval)
 	}
 	log.Debug("storage opened", "dir", d.dir, "in_memory", opts.InMemory, "sync", !opts.NoSync,
 		"value_threshold", bopts.ValueThreshold)
@@ -297,51 +326,6 @@ func (d *DB) isClosing() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed
-}
-
-// gcLoop runs value-log GC every interval until Close.
-func (d *DB) gcLoop(interval time.Duration) {
-	defer close(d.gcEnd)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.gcStop:
-			return
-		case <-t.C:
-		}
-		d.runGC()
-	}
-}
-
-// runGC rewrites value-log files while badger finds one with enough garbage. It stops early on Close.
-func (d *DB) runGC() (rewrites int) {
-	for {
-		select {
-		case <-d.gcStop:
-			return rewrites
-		default:
-		}
-		d.mapMu.RLock()
-		err := d.bdb.RunValueLogGC(defaultGCDiscardRatio)
-		d.mapMu.RUnlock()
-		// The rewrite read a whole value-log file through its mapping: ask the committer to trim now.
-		d.trimWanted.Store(true)
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
-		if err != nil {
-			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-				d.log.Warn("value-log GC failed", "err", err)
-			}
-			if rewrites > 0 {
-				d.log.Debug("value-log GC done", "rewritten_files", rewrites)
-			}
-			return rewrites
-		}
-		rewrites++
-	}
 }
 
 // lockDir takes an exclusive non-blocking flock on dir/LOCK and writes our pid into it.

@@ -30,6 +30,7 @@ func (l *Log) takeDirtyOffsetsLocked() *storage.Batch {
 		return nil
 	}
 	b := new(storage.Batch)
+	b.UseReserve() // a consumer's progress, like an ack: it must work on a nearly full disk
 	for name := range l.offDirty {
 		b.Set(storage.StreamOffsetKey(l.id, name), be64(l.offsets[name]))
 	}

@@ -13,20 +13,18 @@ import (
 // writer goroutine runs it after each write and periodically when MaxAge is set; it does nothing on
 // a replica that is not writing.
 func (l *Log) ApplyRetention(now time.Time) {
-	if l.opts.MaxLengthBytes <= 0 && l.opts.MaxAge <= 0 {
-		return
-	}
-	cutoff := now.UnixMilli() - l.opts.MaxAge.Milliseconds()
 	l.mu.Lock()
-	if !l.writing || l.closed {
+	maxBytes, maxAge := l.opts.MaxLengthBytes, l.opts.MaxAge
+	if maxBytes <= 0 && maxAge <= 0 || !l.writing || l.closed {
 		l.mu.Unlock()
 		return
 	}
+	cutoff := now.UnixMilli() - maxAge.Milliseconds()
 	drop, nchunks, bytes := 0, 0, l.bytes
 	for len(l.segs)-drop > 1 {
 		s := &l.segs[drop]
-		byBytes := l.opts.MaxLengthBytes > 0 && bytes > l.opts.MaxLengthBytes
-		byAge := l.opts.MaxAge > 0 && s.maxTs < cutoff
+		byBytes := maxBytes > 0 && bytes > maxBytes
+		byAge := maxAge > 0 && s.maxTs < cutoff
 		if !byBytes && !byAge || l.chunks[nchunks+s.chunks].first > l.committed {
 			break
 		}
@@ -53,6 +51,27 @@ func (l *Log) ApplyRetention(now time.Time) {
 		return
 	}
 	l.DropBefore(point)
+}
+
+// SetRetention changes the x-max-length-bytes and x-max-age limits while the log runs (a policy
+// was set, changed or removed; 0 = no limit). The writer applies them at once and after each write
+// from then on. Only a writing replica decides retention, so every replica of a stream is given the
+// same limits: the one that writes next uses them.
+func (l *Log) SetRetention(maxLengthBytes int64, maxAge time.Duration) {
+	l.mu.Lock()
+	l.opts.MaxLengthBytes, l.opts.MaxAge = max(maxLengthBytes, 0), max(maxAge, 0)
+	l.mu.Unlock()
+	select {
+	case l.retune <- struct{}{}:
+	default:
+	}
+}
+
+// retentionLimits returns the retention limits now.
+func (l *Log) retentionLimits() (maxLengthBytes int64, maxAge time.Duration) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.opts.MaxLengthBytes, l.opts.MaxAge
 }
 
 // DropBefore removes the whole segments whose chunks all end at or below first (a retention

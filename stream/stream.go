@@ -210,6 +210,7 @@ type Log struct {
 	cache *chunkCache
 
 	wake       chan struct{} // capacity 1: pokes the writer
+	retune     chan struct{} // capacity 1: the retention limits changed (SetRetention)
 	writeSem   chan struct{} // the writer's storage batches in flight (capacity writerInflight)
 	stop       chan struct{} // closed by Close
 	writerDone chan struct{}
@@ -272,6 +273,7 @@ func Open(db *storage.DB, id uint64, opts Options) (*Log, error) {
 		writeCh:    make(chan struct{}),
 		cache:      newChunkCache(opts.CacheBytes),
 		wake:       make(chan struct{}, 1),
+		retune:     make(chan struct{}, 1),
 		writeSem:   make(chan struct{}, writerInflight),
 		stop:       make(chan struct{}),
 		writerDone: make(chan struct{}),

@@ -45,12 +45,24 @@ func (l *Log) Append(recs []Record, done func(first uint64, err error)) {
 // run is the writer goroutine.
 func (l *Log) run() {
 	defer close(l.writerDone)
+	var ticker *time.Ticker
 	var tick <-chan time.Time
-	if l.opts.MaxAge > 0 {
-		t := time.NewTicker(min(5*time.Second, max(l.opts.MaxAge/10, 250*time.Millisecond)))
-		defer t.Stop()
-		tick = t.C
+	retick := func() {
+		if ticker != nil {
+			ticker.Stop()
+			ticker, tick = nil, nil
+		}
+		if _, maxAge := l.retentionLimits(); maxAge > 0 {
+			ticker = time.NewTicker(min(5*time.Second, max(maxAge/10, 250*time.Millisecond)))
+			tick = ticker.C
+		}
 	}
+	retick()
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
 	stopping := false
 	var reqs []appendReq
 	for {
@@ -58,6 +70,10 @@ func (l *Log) run() {
 			select {
 			case <-l.wake:
 			case <-tick:
+				l.ApplyRetention(time.Now())
+				continue
+			case <-l.retune:
+				retick()
 				l.ApplyRetention(time.Now())
 				continue
 			case <-l.stop:
@@ -564,6 +580,7 @@ func (l *Log) submitMetaLocked(done func(error)) {
 	l.mu.RUnlock()
 	var b storage.Batch
 	b.Set(storage.StreamMetaKey(l.id), encodeMeta(&m))
+	b.UseReserve() // watermarks and the first offset after retention: it must work on a nearly full disk
 	l.async.Add(1)
 	l.db.Commit(&b, func(err error) {
 		done(err)

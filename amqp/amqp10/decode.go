@@ -93,26 +93,6 @@ func (d *decoder) value(depth int) any {
 	return d.body(code, depth)
 }
 
-// fixedWidth returns the size of the data after a fixed-width constructor, or -1 for variable
-// and compound constructors.
-func fixedWidth(code byte) int {
-	switch code >> 4 {
-	case 0x4:
-		return 0
-	case 0x5:
-		return 1
-	case 0x6:
-		return 2
-	case 0x7:
-		return 4
-	case 0x8:
-		return 8
-	case 0x9:
-		return 16
-	}
-	return -1
-}
-
 // body decodes the data that follows constructor code.
 func (d *decoder) body(code byte, depth int) any {
 	switch code {

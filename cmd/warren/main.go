@@ -30,7 +30,9 @@ import (
 	"warren/cmd/warren/internal/dlq"
 	"warren/cmd/warren/internal/perf"
 	"warren/server"
+	"warren/server/auth"
 	"warren/server/httpapi"
+	"warren/server/tlsconf"
 )
 
 // version is set at build time: go build -ldflags "-X main.version=v1.2.3".
@@ -142,6 +144,65 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						EnvVars: []string{"WARREN_CLUSTER_JOIN"},
 					},
 					&cli.StringFlag{
+						Name:    "default-user",
+						Usage:   "`NAME` of the user created at the first start (tag administrator, full permissions on /); empty creates none",
+						Value:   server.DefaultConfig().DefaultUser,
+						EnvVars: []string{"WARREN_DEFAULT_USER"},
+					},
+					&cli.StringFlag{
+						Name:    "default-pass",
+						Usage:   "`PASSWORD` of the default user",
+						Value:   server.DefaultConfig().DefaultPass,
+						EnvVars: []string{"WARREN_DEFAULT_PASS"},
+					},
+					&cli.StringFlag{
+						Name:    "loopback-users",
+						Usage:   "comma-separated `USERS` allowed to log in only from a loopback address (empty: none)",
+						Value:   strings.Join(server.DefaultConfig().LoopbackUsers, ","),
+						EnvVars: []string{"WARREN_LOOPBACK_USERS"},
+					},
+					&cli.StringFlag{
+						Name:    "amqps-listen",
+						Usage:   "TCP `ADDRESS` for AMQP 0-9-1 over TLS (e.g. 0.0.0.0:5671); needs --tls-cert and --tls-key",
+						EnvVars: []string{"WARREN_AMQPS_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "https-listen",
+						Usage:   "TCP `ADDRESS` of the HTTP API over TLS, with the --tls-* certificates",
+						EnvVars: []string{"WARREN_HTTPS_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "tls-cert",
+						Usage:   "PEM certificate `FILE` of the TLS listeners (reloaded on SIGHUP)",
+						EnvVars: []string{"WARREN_TLS_CERT"},
+					},
+					&cli.StringFlag{
+						Name:    "tls-key",
+						Usage:   "PEM private key `FILE` of --tls-cert",
+						EnvVars: []string{"WARREN_TLS_KEY"},
+					},
+					&cli.StringFlag{
+						Name:    "tls-ca",
+						Usage:   "PEM `FILE` of the authorities whose client certificates are accepted",
+						EnvVars: []string{"WARREN_TLS_CA"},
+					},
+					&cli.BoolFlag{
+						Name:    "tls-verify-peer",
+						Usage:   "require a client certificate signed by --tls-ca (mutual TLS; enables the EXTERNAL mechanism)",
+						EnvVars: []string{"WARREN_TLS_VERIFY_PEER"},
+					},
+					&cli.StringFlag{
+						Name:    "tls-login-from",
+						Usage:   "`PART` of a client certificate EXTERNAL logs in as: distinguished_name or common_name",
+						Value:   string(auth.LoginFromDistinguishedName),
+						EnvVars: []string{"WARREN_TLS_LOGIN_FROM"},
+					},
+					&cli.StringFlag{
+						Name:    "load-definitions",
+						Usage:   "import a RabbitMQ definitions `FILE` (JSON) at boot; a file that cannot be imported stops the boot",
+						EnvVars: []string{"WARREN_LOAD_DEFINITIONS"},
+					},
+					&cli.StringFlag{
 						Name:  "cpu-profile",
 						Usage: "write a Go CPU profile of the whole run to `FILE` (for go tool pprof)",
 					},
@@ -189,6 +250,21 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 							return errors.New("--cluster-peers needs --cluster-listen")
 						}
 					}
+					cfg.DefaultUser = c.String("default-user")
+					cfg.DefaultPass = c.String("default-pass")
+					cfg.LoopbackUsers = []string{}
+					for _, u := range strings.Split(c.String("loopback-users"), ",") {
+						if u = strings.TrimSpace(u); u != "" {
+							cfg.LoopbackUsers = append(cfg.LoopbackUsers, u)
+						}
+					}
+					cfg.AMQPSListen = c.String("amqps-listen")
+					cfg.TLS = tlsconf.Options{CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key"),
+						CAFile: c.String("tls-ca"), VerifyPeer: c.Bool("tls-verify-peer")}
+					if cfg.TLSLoginFrom, err = auth.ParseLoginFrom(c.String("tls-login-from")); err != nil {
+						return fmt.Errorf("--tls-login-from: %w", err)
+					}
+					cfg.LoadDefinitions = c.String("load-definitions")
 					cfg.Logger = logger
 					if path := c.String("cpu-profile"); path != "" {
 						f, err := os.Create(path)
@@ -201,7 +277,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer pprof.StopCPUProfile()
 					}
-					return serve(c.Context, cfg, c.String("http-listen"))
+					return serve(c.Context, cfg, c.String("http-listen"), c.String("https-listen"))
 				},
 			},
 			{
@@ -276,7 +352,7 @@ func parseLevel(s string) (slog.Level, error) {
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
-func serve(ctx context.Context, cfg server.Config, httpListen string) error {
+func serve(ctx context.Context, cfg server.Config, httpListen, httpsListen string) error {
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
@@ -285,6 +361,13 @@ func serve(ctx context.Context, cfg server.Config, httpListen string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	var httpsTLS *tlsconf.Config
+	if httpsListen != "" {
+		var err error
+		if httpsTLS, err = tlsconf.Load(cfg.TLS); err != nil {
+			return fmt.Errorf("--https-listen: %w", err)
+		}
+	}
 
 	srv, err := server.New(cfg)
 	if err != nil {
@@ -294,25 +377,69 @@ func serve(ctx context.Context, cfg server.Config, httpListen string) error {
 		return fmt.Errorf("start broker: %w", err)
 	}
 	startedArgs := []any{"version", version, "amqp", srv.Addr().String()}
-	var api *httpapi.Listener
-	if httpListen != "" {
-		if api, err = httpapi.Listen(httpListen, srv, httpapi.Options{Version: version, Logger: cfg.Logger}); err != nil {
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			_ = srv.Shutdown(shutdownCtx)
+	if a := srv.TLSAddr(); a != nil {
+		startedArgs = append(startedArgs, "amqps", a.String())
+	}
+	var apis []*httpapi.Listener
+	stopAll := func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		for _, api := range apis {
+			if err := api.Shutdown(shutdownCtx); err != nil {
+				cfg.Logger.Warn("cannot stop the HTTP API cleanly", "err", err)
+			}
+		}
+		_ = srv.Shutdown(shutdownCtx)
+	}
+	for _, l := range []struct {
+		addr, name string
+		tls        *tlsconf.Config
+	}{{httpListen, "http", nil}, {httpsListen, "https", httpsTLS}} {
+		if l.addr == "" {
+			continue
+		}
+		api, err := httpapi.Listen(l.addr, srv, httpapi.Options{Version: version, Logger: cfg.Logger, TLS: l.tls})
+		if err != nil {
+			stopAll()
 			return err
 		}
-		startedArgs = append(startedArgs, "http", api.Addr().String())
+		apis = append(apis, api)
+		startedArgs = append(startedArgs, l.name, api.Addr().String())
 	}
 	cfg.Logger.Info("warren started", append(startedArgs, "data_dir", cfg.DataDir)...)
 
-	<-ctx.Done()
+	// SIGHUP reloads the TLS certificates; connections opened afterwards use the new ones.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-hup:
+			failed := false
+			for _, reload := range []func() error{srv.ReloadTLS, func() error {
+				if httpsTLS == nil {
+					return nil
+				}
+				return httpsTLS.Reload()
+			}} {
+				if err := reload(); err != nil {
+					failed = true
+					cfg.Logger.Error("SIGHUP: TLS certificates not reloaded", "err", err)
+				}
+			}
+			if !failed {
+				cfg.Logger.Info("SIGHUP: TLS certificates reloaded")
+			}
+		}
+	}
 	stop() // a second signal now kills the process the default way
 	cfg.Logger.Info("shutting down", "timeout", shutdownTimeout)
 
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if api != nil {
+	for _, api := range apis {
 		if err := api.Shutdown(shutdownCtx); err != nil {
 			cfg.Logger.Warn("cannot stop the HTTP API cleanly", "err", err)
 		}

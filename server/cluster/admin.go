@@ -13,17 +13,41 @@ import (
 const adminTimeout = 30 * time.Second
 
 // AdminRequest is one request of the `warren cluster` commands. Op: "status", "add" (ID, Addr: add a node
-// to the metadata group as a voter), "remove" (ID: remove it from the metadata group).
+// to the metadata group as a voter), "remove" (ID: remove it from the metadata group); and between
+// members, "count-connections" (VHost: how many client connections this node has to it, for the
+// cluster-wide vhost connection limit).
 type AdminRequest struct {
-	Op   string `json:"op"`
-	ID   string `json:"id,omitempty"`
-	Addr string `json:"addr,omitempty"`
+	Op    string `json:"op"`
+	ID    string `json:"id,omitempty"`
+	Addr  string `json:"addr,omitempty"`
+	VHost string `json:"vhost,omitempty"`
 }
 
-// AdminResponse answers an AdminRequest: Error is empty on success; Status is set for "status".
+// AdminResponse answers an AdminRequest: Error is empty on success; Status is set for "status",
+// Count for "count-connections".
 type AdminResponse struct {
 	Error  string  `json:"error,omitempty"`
 	Status *Status `json:"status,omitempty"`
+	Count  int     `json:"count,omitempty"`
+}
+
+// CountPeerConnections asks every other member that is up how many client connections it has to
+// vhost (Config.CountConnections) and returns the sum; members that do not answer within ctx count
+// as none.
+func (n *Node) CountPeerConnections(ctx context.Context, vhost string) int {
+	total := 0
+	for _, m := range n.Members() {
+		if m.ID == n.cfg.NodeID || !n.PeerUp(m.ID) || m.Addr == "" {
+			continue
+		}
+		resp, err := Admin(ctx, m.Addr, AdminRequest{Op: "count-connections", VHost: vhost})
+		if err != nil || resp.Error != "" {
+			n.log.Debug("cannot count a peer's connections", "peer", m.ID, "err", err, "answer", resp.Error)
+			continue
+		}
+		total += resp.Count
+	}
+	return total
 }
 
 // Status describes this node, the members and the groups running here.
@@ -124,6 +148,11 @@ func (n *Node) serveAdmin(c net.Conn, br *bufio.Reader) {
 
 func (n *Node) admin(ctx context.Context, req AdminRequest) AdminResponse {
 	switch req.Op {
+	case "count-connections":
+		if n.cfg.CountConnections == nil {
+			return AdminResponse{}
+		}
+		return AdminResponse{Count: n.cfg.CountConnections(req.VHost)}
 	case "status":
 		st := n.Status()
 		return AdminResponse{Status: &st}

@@ -76,6 +76,9 @@ type Config struct {
 	// OnPeerChange, if set, is called (from a cluster goroutine, never concurrently for the same peer) when a
 	// member is detected down (no successful ping for PeerDownAfter) or up again.
 	OnPeerChange func(id string, up bool)
+	// CountConnections, if set, reports this node's client connections to a vhost, for peers
+	// that check a cluster-wide connection limit (CountPeerConnections).
+	CountConnections func(vhost string) int
 
 	// listener, if set (tests), is used instead of listening on Listen.
 	listener net.Listener

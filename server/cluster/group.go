@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"warren/storage"
 	"warren/storage/raftstore"
 )
 
@@ -876,6 +877,32 @@ func (w *batchFSMWrapper) ApplyBatch(logs []*raft.Log) []any {
 type snapStore struct {
 	raft.SnapshotStore
 	g *Group
+}
+
+// Create implements raft.SnapshotStore. Snapshot files are written next to the store, outside badger:
+// their bytes are charged to the store's disk-space accounting as they are written, so that a
+// snapshot cannot take the room badger needs (storage/space.go); a snapshot that does not fit fails,
+// and raft tries again later.
+func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil || s.g.snapDir == "" {
+		return sink, err
+	}
+	return &chargedSink{SnapshotSink: sink, db: s.g.n.cfg.DB}, nil
+}
+
+// chargedSink charges what it writes with storage.DB.ReserveSpace.
+type chargedSink struct {
+	raft.SnapshotSink
+	db *storage.DB
+}
+
+func (c *chargedSink) Write(p []byte) (int, error) {
+	if err := c.db.ReserveSpace(int64(len(p))); err != nil {
+		return 0, fmt.Errorf("raft snapshot: %w", err)
+	}
+	return c.SnapshotSink.Write(p)
 }
 
 // Open implements raft.SnapshotStore.

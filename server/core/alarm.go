@@ -8,14 +8,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"warren/storage"
 )
 
 // Alarms watches memory use and free disk space. While either alarm is raised, connections that
 // publish are blocked: they get connection.blocked (if they asked for it) and their sockets are not
 // read until the alarm clears, while consumers keep working. This is RabbitMQ's flow control.
+//
+// The disk alarm is raised below diskLimit and also, whatever diskLimit says (0 included), while the
+// storage engine refuses writes because it is down to the reserve it keeps (storage/space.go).
 type Alarms struct {
 	dataDir string
 	log     logger
+	store   spaceReporter // nil: the limit alone
 
 	mu        sync.Mutex
 	memLimit  int64 // bytes; 0 disables
@@ -30,16 +36,25 @@ type Alarms struct {
 	done chan struct{}
 }
 
+// spaceReporter is the slice of storage.DB alarms need.
+type spaceReporter interface {
+	SpaceLow() bool
+	Space() storage.Space
+}
+
 // logger is the slice of slog.Logger alarms need.
 type logger interface {
 	Warn(msg string, args ...any)
 	Info(msg string, args ...any)
 }
 
-func NewAlarms(dataDir string, memLimit, diskLimit int64, log logger) *Alarms {
+// NewAlarms starts the watchdog: it samples memory and disk at once and then every 500 ms until
+// Stop. store (may be nil) reports when storage is down to its disk space reserve.
+func NewAlarms(dataDir string, memLimit, diskLimit int64, store spaceReporter, log logger) *Alarms {
 	a := &Alarms{
 		dataDir:   dataDir,
 		log:       log,
+		store:     store,
 		memLimit:  memLimit,
 		diskLimit: diskLimit,
 		cleared:   make(chan struct{}),
@@ -66,6 +81,7 @@ func (a *Alarms) run() {
 	}
 }
 
+// Stop ends the watchdog.
 func (a *Alarms) Stop() {
 	close(a.quit)
 	<-a.done
@@ -79,11 +95,12 @@ func (a *Alarms) check() {
 	if err := syscall.Statfs(a.dataDir, &st); err == nil {
 		free = int64(st.Bavail) * int64(st.Bsize)
 	}
+	storeLow := a.store != nil && a.store.SpaceLow()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rss, a.free = rss, free
 	mem := a.memLimit > 0 && rss > a.memLimit
-	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit
+	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit || storeLow
 	if mem != a.memory {
 		if mem {
 			a.log.Warn("memory alarm raised: publishers are blocked", "rss", rss, "limit", a.memLimit)
@@ -92,9 +109,15 @@ func (a *Alarms) check() {
 		}
 	}
 	if disk != a.disk {
-		if disk {
-			a.log.Warn("disk alarm raised: publishers are blocked", "free", free, "limit", a.diskLimit, "dir", a.dataDir)
-		} else {
+		switch {
+		case disk && storeLow:
+			sp := a.store.Space()
+			a.log.Warn("disk alarm raised: publishers are blocked", "reason", "storage is down to its disk space reserve",
+				"free", free, "limit", a.diskLimit, "storage_limit", sp.Limit, "dir", a.dataDir)
+		case disk:
+			a.log.Warn("disk alarm raised: publishers are blocked", "reason", "free space below --disk-free-limit",
+				"free", free, "limit", a.diskLimit, "dir", a.dataDir)
+		default:
 			a.log.Info("disk alarm cleared", "free", free, "limit", a.diskLimit)
 		}
 	}

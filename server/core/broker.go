@@ -6,14 +6,15 @@
 //
 // Lock order (outermost first): VHost.mu -> exchange.Registry's lock; VHost.mu -> a queue's own
 // locks (queue types never call back into the core while holding theirs: Hooks run unlocked).
-// Broker.mu (the vhost map) is never held while a VHost lock is taken.
+// Broker.mu (the vhost map) is never held while a VHost lock is taken. accessState.mu,
+// Broker.policyMu and VHost.xpolMu are leaves (VHost.xpolMu is released before the exchange
+// registry is called).
 package core
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"warren/server/cluster"
+	"warren/server/policy"
 	"warren/server/queue"
 	"warren/storage"
 )
@@ -40,6 +42,11 @@ type Options struct {
 	ConsumerTimeout time.Duration
 	// Types are the queue types by x-queue-type value ("classic", "quorum", "stream").
 	Types []queue.Type
+	// DefaultUser and DefaultPass are the user created, tagged administrator with full
+	// permissions on "/", when the node or cluster is first bootstrapped ("" creates none).
+	DefaultUser, DefaultPass string
+	// LoopbackUsers may log in only from a loopback address (RabbitMQ's loopback_users).
+	LoopbackUsers []string
 }
 
 // Broker is the broker core of one node.
@@ -61,6 +68,11 @@ type Broker struct {
 
 	conns  connRegistry
 	alarms atomic.Pointer[Alarms]
+
+	recovering bool // set while recover runs (New's goroutine, before anything else runs)
+	access     accessState
+	policies   atomic.Pointer[policy.Set]
+	policyMu   sync.Mutex // serialises changes of policies (the metadata group applies one at a time anyway)
 
 	tag, epoch     uint16   // this node's tag and this boot's epoch in consumer ids
 	writerID       string   // this boot's writer id in stream deduplication tables
@@ -99,7 +111,8 @@ func New(opts Options) (*Broker, error) {
 	rand.Read(e[:])
 	b.epoch = binary.BigEndian.Uint16(e[:])
 	b.nextConsumerID.Store(uint64(b.tag)<<48 | uint64(b.epoch)<<32)
-	b.vhosts["/"] = newVHost(b, "/")
+	b.access.init()
+	b.policies.Store(policy.NewSet())
 
 	b.startStreams()
 	b.wg.Add(1)
@@ -112,6 +125,7 @@ func New(opts Options) (*Broker, error) {
 		b.Close()
 		return nil, err
 	}
+	b.bootstrapAccess()
 	b.forgetOwnBoots()
 	return b, nil
 }
@@ -143,7 +157,7 @@ func (b *Broker) Close() {
 
 // StartAlarms starts the memory and disk watchdog (the server does so once it listens).
 func (b *Broker) StartAlarms(dataDir string, memLimit, diskFree int64) {
-	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.log))
+	b.alarms.Store(NewAlarms(dataDir, memLimit, diskFree, b.db, b.log))
 }
 
 // Alarms returns the resource alarms, or nil before StartAlarms.
@@ -229,8 +243,5 @@ func (b *Broker) runJanitor() {
 		}
 	}
 }
-
-// errClosed is the error of operations after Close.
-var errClosed = errors.New("broker core closed")
 
 func wrap(what string, err error) error { return fmt.Errorf("%s: %w", what, err) }

@@ -126,7 +126,7 @@ func deadLetterCycle(props []byte, target string, reason queue.Reason) bool {
 // not nil, runs once every target queue reported its write (the first error, if any): a quorum
 // queue removes its dead-letter records only then.
 func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
-	st := src.settings
+	st := src.effective()
 	now := time.Now()
 	w := &fanout{done: done}
 	w.pending.Store(1) // held until every target has been handed its copy
@@ -151,6 +151,7 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 		}
 		msg.Exchange = st.dlx
 		msg.RoutingKey = keys[0]
+		msg.Dedupe = d.Key // targets take a dead letter handed over twice (a leader change) once
 		var headers amqp.Table
 		if props, err := amqp.DecodeProperties(msg.Props); err == nil {
 			headers = props.Headers

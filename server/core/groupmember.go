@@ -64,6 +64,15 @@ func (v *VHost) GroupQueue(name string, g any) (*Queue, *amqp.Error) {
 	return &Queue{Queue: h, vhost: v, name: name, kind: "stream", durable: true}, nil
 }
 
+// GroupPartitions returns the partition streams of a queue GroupQueue returned (the stream itself
+// for a plain stream's group), nil for any other queue: the session checks read access on each.
+func (q *Queue) GroupPartitions() []string {
+	if h, ok := q.Queue.(*groupHandle); ok {
+		return append([]string(nil), h.parts...)
+	}
+	return nil
+}
+
 // groupHandle is a consumer group as a queue.Queue for the session: Consume joins, Cancel leaves.
 // Deliveries name the partition queues, so settles go to them directly.
 type groupHandle struct {

@@ -86,15 +86,6 @@ func (b *Broker) propose(ctx context.Context, op metaOp, rec []byte) *amqp.Error
 	return nil
 }
 
-// commitLocal writes records of this node and waits until they are durable.
-func (b *Broker) commitLocal(batch *storage.Batch) *amqp.Error {
-	if err := b.db.CommitSync(batch); err != nil {
-		b.log.Error("cannot store metadata", "err", err)
-		return amqp.Errorf(amqp.InternalError, "cannot store metadata: %v", err)
-	}
-	return nil
-}
-
 // metaFSM applies metadata commands on every node.
 type metaFSM struct{ b *Broker }
 
@@ -108,6 +99,7 @@ func (f *metaFSM) Apply(l *raft.Log) any {
 	b.applyMeta(l.Data, &batch)
 	b.applied.Store(l.Index)
 	batch.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, l.Index))
+	batch.UseReserve() // metadata changes are small and must work while a full disk is drained
 	b.db.Commit(&batch, func(err error) {
 		if err != nil {
 			b.log.Error("cannot store metadata", "index", l.Index, "err", err)
@@ -179,7 +171,10 @@ func (b *Broker) applyOp(op metaOp, rec []byte, batch *storage.Batch) {
 			}
 		}
 	default:
-		err = fmt.Errorf("unknown metadata command %d", op)
+		var known bool
+		if known, err = b.applyAccessOp(op, rec, batch); !known {
+			err = fmt.Errorf("unknown metadata command %d", op)
+		}
 	}
 	if err != nil {
 		b.log.Error("metadata command not applied", "op", op, "err", err)
@@ -196,10 +191,14 @@ func (b *Broker) vhostFor(name string) *VHost {
 }
 
 func (v *VHost) applyPutExchange(r ExchangeRecord, batch *storage.Batch) {
-	if _, _, err := v.ex.Declare(r.Name, r.Type, true, r.AutoDelete, r.Internal, false, r.Args); err != nil {
+	_, created, err := v.ex.Declare(r.Name, r.Type, true, r.AutoDelete, r.Internal, false, r.Args)
+	if err != nil {
 		// Two nodes declared it differently at once: the first one applied wins.
 		v.b.log.Warn("replicated exchange declaration not applied", "vhost", v.name, "exchange", r.Name, "err", err.Text)
 		return
+	}
+	if created {
+		v.matchExchange(r.Name)
 	}
 	batch.Set(r.key(), r.encode())
 }
@@ -297,8 +296,11 @@ func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &metaSnapshot{view: view, applied: f.b.applied.Load()}, nil
 }
 
-// replicatedKinds are the record kinds the metadata group replicates.
-var replicatedKinds = [...]byte{kindExchange, kindQueue, kindBinding, kindGroup}
+// replicatedKinds are the record kinds the metadata group replicates, in the order a snapshot
+// restore puts them (a vhost before what is in it, a user before its permissions; consumer groups,
+// last, are restored by restoreGroups).
+var replicatedKinds = [...]byte{kindInit, kindVHost, kindUser, kindPermission, kindTopicPerm, kindLimits,
+	kindPolicy, kindOperatorPolicy, kindExchange, kindQueue, kindBinding, kindGroup}
 
 // Persist implements raft.FSMSnapshot: magic, applied index, then (key, value) pairs with
 // uvarint lengths, ending with an empty key.
@@ -358,32 +360,56 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	var batch storage.Batch
-	// Deletions first (bindings, then queues, then exchanges), then every record of the snapshot
-	// is put (putting what is already there changes nothing).
-	for _, kind := range [...]byte{kindBinding, kindQueue, kindExchange} {
+	// Deletions first, contents before their containers (bindings, queues, exchanges, policies,
+	// permissions, users, vhosts), then every record of the snapshot is put in replicatedKinds'
+	// order (putting what is already there changes nothing).
+	deleteOps := []struct {
+		kind byte
+		op   metaOp
+	}{{kindBinding, opUnbind}, {kindQueue, opDeleteQueue}, {kindExchange, opDeleteExchange},
+		{kindPolicy, opDeletePolicy}, {kindOperatorPolicy, opDeletePolicy}, {kindTopicPerm, opDeleteTopicPermission},
+		{kindPermission, opDeletePermission}, {kindLimits, opPutLimits}, {kindUser, opDeleteUser}, {kindVHost, opDeleteVHost}}
+	for _, d := range deleteOps {
 		for k, val := range have {
-			if k[1] != kind {
+			if k[1] != d.kind {
 				continue
 			}
-			if nv, ok := want[k]; ok && (string(nv) == string(val) || kind == kindBinding) {
+			if nv, ok := want[k]; ok && (string(nv) == string(val) || d.kind == kindBinding) {
 				continue
 			}
-			switch kind {
-			case kindBinding:
-				b.applyOp(opUnbind, val, &batch)
-			case kindQueue:
-				b.applyOp(opDeleteQueue, val, &batch)
-			case kindExchange:
-				b.applyOp(opDeleteExchange, val, &batch)
+			if _, ok := want[k]; ok && d.kind != kindQueue && d.kind != kindExchange {
+				continue // changed, not gone: the put below replaces it
+			}
+			switch d.kind {
+			case kindLimits:
+				vhost, _, err := decodeLimits(val)
+				if err == nil {
+					b.applyPutLimits(vhost, nil, &batch)
+				}
+			default:
+				b.applyOp(d.op, val, &batch)
 			}
 		}
 	}
-	for _, kind := range [...]byte{kindExchange, kindQueue, kindBinding} {
-		op := map[byte]metaOp{kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}[kind]
+	putOps := map[byte]metaOp{kindVHost: opPutVHost, kindUser: opPutUser, kindPermission: opPutPermission,
+		kindTopicPerm: opPutTopicPermission, kindLimits: opPutLimits, kindPolicy: opPutPolicy, kindOperatorPolicy: opPutPolicy,
+		kindExchange: opPutExchange, kindQueue: opPutQueue, kindBinding: opBind}
+	for _, kind := range replicatedKinds {
+		if kind == kindGroup {
+			continue // restoreGroups, below
+		}
 		for k, val := range want {
-			if k[1] == kind {
-				b.applyOp(op, val, &batch)
+			if k[1] != kind {
+				continue
 			}
+			if kind == kindInit {
+				b.restoreInit(&batch)
+				continue
+			}
+			if string(have[k]) == string(val) && kind != kindExchange && kind != kindQueue && kind != kindBinding {
+				continue
+			}
+			b.applyOp(putOps[kind], val, &batch)
 		}
 	}
 	b.restoreGroups(have, want, &batch)

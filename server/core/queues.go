@@ -8,6 +8,7 @@ import (
 	"warren/amqp"
 	"warren/exchange"
 	"warren/server/cluster"
+	"warren/server/policy"
 	"warren/server/queue"
 	"warren/storage"
 )
@@ -30,6 +31,7 @@ type Queue struct {
 	nonvoters  []string
 	group      *cluster.Group // the raft group of a replicated queue
 	hooks      *queueHooks
+	pol        atomic.Pointer[queuePolicy] // its policies and the settings they give; nil: none
 
 	droppedDeliveryLimit atomic.Uint64 // over the delivery limit, dropped for lack of a DLX
 }
@@ -111,6 +113,9 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 		if err != nil {
 			return nil, err
 		}
+		if err := v.checkQueueLimit(name); err != nil {
+			return nil, err
+		}
 		store := storeNone
 		if d.Durable && !d.Exclusive {
 			store = storeLocal
@@ -144,7 +149,7 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 		if store == storeLocal {
 			var b storage.Batch
 			b.Set(q.recordKey(), rec.encode())
-			if err := v.b.commitLocal(&b); err != nil {
+			if err := v.b.commitLocal(ctx, &b); err != nil {
 				v.removeQueue(q, nil)
 				return nil, err
 			}
@@ -213,15 +218,13 @@ func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recS
 	q := &Queue{vhost: v, name: rec.Name, id: rec.ID, kind: st.kind(), durable: durable, autoDelete: rec.AutoDelete,
 		owner: owner, args: rec.Args, settings: st, store: store, voters: rec.Voters, nonvoters: rec.Nonvoters}
 	q.hooks = &queueHooks{q: q}
-	timeout := st.consumerTimeout
-	if timeout < 0 {
-		timeout = b.opts.ConsumerTimeout.Milliseconds()
+	eff := st
+	if m := b.policySet().Match(v.name, rec.Name, policy.QueueType(q.kind)); m != (policy.Match{}) {
+		eff = withPolicy(st, q.kind, rec.Args, m)
+		q.pol.Store(&queuePolicy{match: m, st: eff})
 	}
-	cfg := queue.OpenConfig{
-		VHost: v.name, Name: rec.Name, Durable: durable, Exclusive: owner != nil, AutoDelete: rec.AutoDelete,
-		ID: rec.ID, Args: rec.Args, Lifecycle: st.lifecycle(), Expires: st.expires, ConsumerTimeout: timeout,
-		Recovered: recovered, DB: b.db, Logger: b.log, Hooks: q.hooks,
-	}
+	cfg := q.openConfig(eff)
+	cfg.Recovered = recovered
 	if store == storeReplicated {
 		open := b.openReplica
 		if q.kind == "stream" {
@@ -247,6 +250,26 @@ func (v *VHost) openQueue(rec QueueRecord, durable bool, owner Owner, store recS
 type errUnknownType string
 
 func (e errUnknownType) Error() string { return "no queue type '" + string(e) + "' is registered" }
+
+// checkQueueLimit is the vhost's max-queues, checked before a new queue is declared, with
+// RabbitMQ's 406 (rabbit_amqqueue:check_vhost_queue_limit). The count is this node's view: every
+// replicated queue and this node's own.
+func (v *VHost) checkQueueLimit(name string) *amqp.Error {
+	if v.deleted.Load() {
+		return amqp.Errorf(amqp.NotFound, "vhost '%s' is down", v.name)
+	}
+	limit := v.b.vhostLimit(v.name, LimitMaxQueues)
+	if limit < 0 {
+		return nil
+	}
+	v.mu.RLock()
+	n := len(v.queues)
+	v.mu.RUnlock()
+	if int64(n) >= limit {
+		return amqp.Errorf(amqp.PreconditionFailed, "cannot declare queue '%s': queue limit in vhost '%s' (%d) is reached", name, v.name, limit)
+	}
+	return nil
+}
 
 // DeleteQueue deletes a queue (queue.delete) and returns how many ready messages went with it.
 // owner is the deleting connection (another connection's exclusive queue is 405).
@@ -288,7 +311,7 @@ func (v *VHost) deleteQueue(ctx context.Context, q *Queue, ifUnused, ifEmpty boo
 	n, rm := v.removeQueue(q, &b)
 	var err *amqp.Error
 	if b.Len() > 0 {
-		err = v.b.commitLocal(&b)
+		err = v.b.commitLocal(ctx, &b)
 	}
 	if aerr := v.afterLocalRemoval(ctx, exchange.Removed{Exchanges: rm.Exchanges}); aerr != nil && err == nil {
 		err = aerr

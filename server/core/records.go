@@ -89,11 +89,6 @@ func metaKey(kind byte, vhost string, rest ...string) []byte {
 	return k
 }
 
-// vhostPrefix is the prefix of every record of one kind in a vhost.
-func vhostPrefix(kind byte, vhost string) []byte {
-	return appendLP([]byte{storage.PrefixMeta, kind}, vhost)
-}
-
 func (r *ExchangeRecord) key() []byte { return metaKey(kindExchange, r.VHost, r.Name) }
 func (r *QueueRecord) key() []byte    { return metaKey(kindQueue, r.VHost, r.Name) }
 

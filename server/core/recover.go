@@ -7,6 +7,7 @@ import (
 
 	"warren/amqp"
 	"warren/exchange"
+	"warren/server/policy"
 	"warren/server/queue"
 	"warren/storage"
 )
@@ -15,6 +16,8 @@ import (
 // recovers its own stored messages when it is opened), then bindings. A data directory written
 // with format-1 records is migrated first.
 func (b *Broker) recover() error {
+	b.recovering = true
+	defer func() { b.recovering = false }()
 	if err := b.migrate(); err != nil {
 		return err
 	}
@@ -29,12 +32,15 @@ func (b *Broker) recover() error {
 	var exs []ExchangeRecord
 	var qs []queueRec
 	var bs []bindingRec
+	var access []accessRec
 	err := b.db.Scan([]byte{storage.PrefixMeta}, false, func(k, val []byte) error {
 		if len(k) < 2 {
 			return nil
 		}
 		var err error
 		switch k[1] {
+		case kindInit, kindVHost, kindUser, kindPermission, kindTopicPerm, kindLimits, kindPolicy, kindOperatorPolicy:
+			access = append(access, accessRec{kind: k[1], val: append([]byte(nil), val...)})
 		case kindApplied:
 			if len(val) == 8 {
 				b.applied.Store(binary.BigEndian.Uint64(val))
@@ -69,6 +75,9 @@ func (b *Broker) recover() error {
 	if err != nil {
 		return wrap("read metadata", err)
 	}
+	if err := b.recoverAccess(access); err != nil {
+		return err
+	}
 	for _, r := range exs {
 		v := b.vhostFor(r.VHost)
 		if v == nil {
@@ -76,7 +85,9 @@ func (b *Broker) recover() error {
 		}
 		if _, _, aerr := v.ex.Declare(r.Name, r.Type, true, r.AutoDelete, r.Internal, false, r.Args); aerr != nil {
 			b.log.Warn("cannot restore exchange", "vhost", r.VHost, "exchange", r.Name, "err", aerr.Text)
+			continue
 		}
+		v.matchExchange(r.Name)
 	}
 	for _, qr := range qs {
 		v := b.vhostFor(qr.rec.VHost)
@@ -116,6 +127,80 @@ func (b *Broker) recover() error {
 	}
 	if len(qs) > 0 || len(exs) > 0 {
 		b.log.Info("recovered durable state", "exchanges", len(exs), "queues", len(qs), "bindings", len(bs))
+	}
+	return nil
+}
+
+// accessRec is a stored access-control or policy record, applied by recoverAccess.
+type accessRec struct {
+	kind byte
+	val  []byte
+}
+
+// recoverAccess loads the vhosts, users, permissions, limits and policies, in that order. Before
+// the first bootstrap's record is applied (a new data directory, or one written before vhosts
+// were records) the vhost "/" exists in memory, so that what the node stored under it is served;
+// the bootstrap then writes its record. A node that joins a cluster waits for the cluster's.
+func (b *Broker) recoverAccess(recs []accessRec) error {
+	var discard storage.Batch // the records are already stored
+	order := [...]byte{kindInit, kindVHost, kindUser, kindPermission, kindTopicPerm, kindLimits, kindPolicy, kindOperatorPolicy}
+	for _, kind := range order {
+		for _, r := range recs {
+			if r.kind != kind {
+				continue
+			}
+			var err error
+			switch kind {
+			case kindInit:
+				b.restoreInit(&discard)
+			case kindVHost:
+				var v *VHostInfo
+				if v, err = decodeVHost(r.val); err == nil {
+					b.applyPutVHost(v, &discard)
+				}
+			case kindUser:
+				var u *User
+				if u, err = decodeUser(r.val); err == nil {
+					b.applyPutUser(u, &discard)
+				}
+			case kindPermission:
+				var p PermissionInfo
+				if p, err = decodePerm(r.val); err == nil {
+					b.applyPutPermission(p, &discard)
+				}
+			case kindTopicPerm:
+				var p TopicPermissionInfo
+				if p, err = decodeTopic(r.val); err == nil {
+					b.applyPutTopic(p, &discard)
+				}
+			case kindLimits:
+				var vhost string
+				var l map[string]int64
+				if vhost, l, err = decodeLimits(r.val); err == nil {
+					b.applyPutLimits(vhost, l, &discard)
+				}
+			case kindPolicy, kindOperatorPolicy:
+				var pr policyRecord
+				if pr, err = decodePolicyRecord(r.val); err == nil {
+					if cp, cerr := policy.Compile(pr.Component, pr.Policy); cerr == nil {
+						b.policies.Store(b.policySet().With(cp))
+					} else {
+						b.log.Warn("stored policy no longer valid; ignored", "vhost", pr.VHost, "policy", pr.Name, "err", cerr)
+					}
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("metadata record of kind %q: %w", kind, err)
+			}
+		}
+	}
+	b.access.mu.RLock()
+	initialized := b.access.initialized
+	b.access.mu.RUnlock()
+	if !initialized && !b.opts.Join && b.VHost("/") == nil {
+		b.mu.Lock()
+		b.vhosts["/"] = newVHost(b, "/")
+		b.mu.Unlock()
 	}
 	return nil
 }

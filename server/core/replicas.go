@@ -17,30 +17,26 @@ import (
 // raft group each: the queue type's replica is the group's state machine, and this file is the
 // glue between the two (the queue package does not import raft).
 
-// Replica is a queue type's replica of a replicated queue, as the core drives it.
+// Replica is a queue type's replica of a replicated queue, as the core drives it (the quorum
+// type's *queue.Quorum).
 type Replica interface {
 	queue.Queue
 	// Apply applies one replicated command (raft's FSM Apply) and returns the leader's answer.
 	Apply(index uint64, cmd []byte) []byte
-	// Snapshot encodes the replicated state; RestoreSnapshot replaces it.
+	// Snapshot encodes the replicated state; Restore replaces it.
 	Snapshot() []byte
-	RestoreSnapshot(b []byte) error
-	// NodeReset gives back the deliveries of consumers of node tag (all of them, or those of
-	// other boots than keepEpoch).
-	NodeReset(tag, keepEpoch uint16, all bool)
+	Restore(b []byte) error
+	// LeaderChanged tells the replica whether this node now leads its group (a new leader hands
+	// over the dead letters still recorded).
+	LeaderChanged(leader bool)
+	// NodeDown gives back the deliveries of the consumers of node tag (run by the leader).
+	NodeDown(node uint16)
+	// Rejoin removes this node's consumers of earlier boots once the group runs.
+	Rejoin()
 	// ConsumerNodes lists the node tags of the consumers in the replicated state.
 	ConsumerNodes() []uint16
-	// LeaderChanged tells the replica whether this node now leads its group.
-	LeaderChanged(leader bool)
-	// CancelLocal cancels the consumers attached through this node (home node down).
-	CancelLocal(why queue.CancelReason)
-}
-
-// ReplicaType opens replicas: the quorum queue type implements it.
-type ReplicaType interface {
-	// OpenReplica opens this node's replica of a replicated queue ordered by rep. classic is
-	// set for a durable classic queue served by a single-voter group.
-	OpenReplica(cfg queue.OpenConfig, rep queue.Replicator, nodeTag, epoch uint16, classic bool) (Replica, error)
+	// Unavailable cancels the consumers attached through this node (home node down).
+	Unavailable()
 }
 
 // clusterGroupConfig builds a raft group's configuration.
@@ -50,14 +46,20 @@ func clusterGroupConfig(id uint64, name string, fsm raft.FSM, voters, nonvoters 
 
 // openReplica opens this node's replica of q and starts its raft group.
 func (b *Broker) openReplica(q *Queue, cfg queue.OpenConfig) error {
-	rt, ok := b.types["quorum"].(ReplicaType)
-	if !ok {
-		return errors.New("no replicated queue type is registered")
+	t := b.types[q.kind]
+	if t == nil {
+		return errUnknownType(q.kind)
 	}
 	rep := &groupReplicator{}
-	r, err := rt.OpenReplica(cfg, rep, b.tag, b.epoch, q.kind == "classic")
+	cfg.Extra = &queue.QuorumConfig{Replicator: rep, Node: b.tag, Epoch: b.epoch, Classic: q.kind == "classic"}
+	impl, err := t.Open(cfg)
 	if err != nil {
 		return err
+	}
+	r, ok := impl.(Replica)
+	if !ok {
+		impl.Close()
+		return fmt.Errorf("queue type %q cannot serve a replicated queue", q.kind)
 	}
 	g, err := b.node.StartGroup(clusterGroupConfig(q.id, fmt.Sprintf("queue '%s' in vhost '%s'", q.name, q.vhost.name),
 		&replicaFSM{r: r}, q.voters, q.nonvoters, true, func(leader bool) {
@@ -73,7 +75,7 @@ func (b *Broker) openReplica(q *Queue, cfg queue.OpenConfig) error {
 	rep.g.Store(g)
 	q.Queue, q.group = r, g
 	// Consumers this node had before a restart are gone: give their messages back.
-	r.NodeReset(b.tag, b.epoch, false)
+	r.Rejoin()
 	return nil
 }
 
@@ -119,7 +121,7 @@ func (f *replicaFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return wrap("read replicated queue snapshot", err)
 	}
-	return f.r.RestoreSnapshot(data)
+	return f.r.Restore(data)
 }
 
 // bytesSnapshot is an FSM snapshot already encoded.
@@ -145,7 +147,7 @@ func (b *Broker) reapConsumers(r Replica) {
 	}
 	for _, t := range r.ConsumerNodes() {
 		if !up[t] {
-			r.NodeReset(t, 0, true)
+			r.NodeDown(t)
 		}
 	}
 }
@@ -168,10 +170,10 @@ func (b *Broker) PeerChanged(id string, up bool) {
 				continue
 			}
 			if q.group.IsLeader() {
-				r.NodeReset(tag, 0, true)
+				r.NodeDown(tag)
 			}
 			if len(q.voters) == 1 && q.voters[0] == id {
-				r.CancelLocal(queue.CancelUnavailable)
+				r.Unavailable()
 			}
 		}
 	}

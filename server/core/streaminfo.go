@@ -36,14 +36,14 @@ func (v *VHost) StreamTracking(name string) (offsets, writers map[string]uint64,
 
 // StreamStatus is a stream's replication as this node sees it.
 type StreamStatus struct {
-	Role                 string // leader, recovering, follower
-	Epoch                uint64
-	First, Committed     uint64
-	Written, Durable     uint64
-	Followers            map[string]uint64 // the leader: each follower's acknowledged end
-	Voters, Nonvoters    []string
-	CoordinationLeader   string
-	Next                 uint64 // the end of what local readers see
+	Role               string // leader, recovering, follower
+	Epoch              uint64
+	First, Committed   uint64
+	Written, Durable   uint64
+	Followers          map[string]uint64 // the leader: each follower's acknowledged end
+	Voters, Nonvoters  []string
+	CoordinationLeader string
+	Next               uint64 // the end of what local readers see
 }
 
 // StreamStatus returns stream name's replication status on this node.

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"warren/amqp"
 	"warren/exchange"
+	"warren/server/policy"
 	"warren/storage"
 	"warren/stream/partition"
 )
@@ -34,6 +36,11 @@ type VHost struct {
 	mu            sync.RWMutex
 	queues        map[string]*Queue
 	queueExistsFn func(string) bool // v.queueExists, allocated once (Route runs per publish)
+
+	deleted atomic.Bool // the vhost was deleted: connections to it are being closed
+
+	xpolMu sync.Mutex
+	xpol   map[string]policy.Match // exchanges' policies, by name (none: absent)
 }
 
 // Owner identifies the connection that owns an exclusive queue (the session's connection
@@ -49,6 +56,9 @@ func newVHost(b *Broker, name string) *VHost {
 
 // Name is the vhost's name.
 func (v *VHost) Name() string { return v.name }
+
+// Deleted reports whether the vhost was deleted (its connections are being closed).
+func (v *VHost) Deleted() bool { return v.deleted.Load() }
 
 func (v *VHost) queueExists(name string) bool {
 	_, ok := v.queues[name] // called by Route while v.mu is read-locked
@@ -71,6 +81,10 @@ func (v *VHost) Route(dst []*Queue, names []string, ex, key string, extra []stri
 
 // Exchange returns the named exchange ("" is the default exchange).
 func (v *VHost) Exchange(name string) (*exchange.Exchange, bool) { return v.ex.Get(name) }
+
+// Partitions lists super stream name's partition streams in partition order (nil for any other
+// exchange).
+func (v *VHost) Partitions(name string) []string { return v.ex.Partitions(name) }
 
 // Exchanges lists the vhost's exchanges, sorted by name.
 func (v *VHost) Exchanges() []*exchange.Exchange { return v.ex.Exchanges() }
@@ -148,7 +162,10 @@ func (v *VHost) DeclareExchange(ctx context.Context, d ExchangeDecl) *amqp.Error
 		return v.declareSuperStream(ctx, d)
 	}
 	if !d.Durable || d.Passive {
-		_, _, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
+		_, created, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
+		if created {
+			v.matchExchange(d.Name)
+		}
 		return err
 	}
 	x, err := v.ex.Check(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, false, d.Args)
@@ -232,14 +249,14 @@ func (v *VHost) changeBinding(ctx context.Context, b exchange.Binding, owner Own
 		if err := v.applyBinding(b, bind, &batch); err != nil {
 			return err
 		}
-		return v.b.commitLocal(&batch)
+		return v.b.commitLocal(ctx, &batch)
 	}
 	var batch storage.Batch
 	if err := v.applyBinding(b, bind, &batch); err != nil {
 		return err
 	}
 	if batch.Len() > 0 {
-		return v.b.commitLocal(&batch)
+		return v.b.commitLocal(ctx, &batch)
 	}
 	return nil
 }
@@ -338,7 +355,7 @@ func (v *VHost) afterLocalRemoval(ctx context.Context, rm exchange.Removed) *amq
 	v.dropRecords(rm, &batch)
 	var err *amqp.Error
 	if batch.Len() > 0 {
-		err = v.b.commitLocal(&batch)
+		err = v.b.commitLocal(ctx, &batch)
 	}
 	for _, x := range rm.Exchanges {
 		if x.Durable && v.b.meta != nil {

@@ -2,14 +2,21 @@
 // (/api/...) that operators' scripts, monitoring checks and client test suites use, with
 // RabbitMQ's paths, JSON field names, status codes and basic authentication.
 //
-// Served: GET /api/overview, /api/whoami, /api/vhosts, /api/connections,
-// /api/connections/{name} (and DELETE, which closes it with 320 CONNECTION_FORCED),
-// /api/queues[/{vhost}[/{name}]], /api/exchanges[/{vhost}[/{name}]] and
-// /api/health/checks/alarms.
+// Served: GET /api/overview, /api/whoami, /api/connections, /api/connections/{name} (and
+// DELETE, which closes it with 320 CONNECTION_FORCED), /api/queues[/{vhost}[/{name}]] (with
+// policy and effective_policy_definition), /api/exchanges[/{vhost}[/{name}]],
+// /api/health/checks/alarms, /api/nodes[/{name}], /api/auth/attempts/{node}; and, with GET, PUT
+// and DELETE, /api/users[/{name}[/permissions|/topic-permissions]],
+// /api/vhosts[/{name}[/permissions|/topic-permissions]], /api/permissions[/{vhost}/{user}],
+// /api/topic-permissions[/{vhost}/{user}], /api/policies[/{vhost}[/{name}]],
+// /api/operator-policies[/{vhost}[/{name}]], /api/vhost-limits[/{vhost}[/{name}]]; GET and POST
+// /api/definitions[/{vhost}]. Every request authenticates with HTTP Basic as an AMQP login would,
+// and each endpoint applies RabbitMQ's tag rule (auth.AuthorizeHTTP).
 package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,10 +27,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"warren/amqp"
 	"warren/server"
+	"warren/server/auth"
+	"warren/server/core"
+	"warren/server/tlsconf"
 )
 
 // Options configure the API.
@@ -32,41 +43,98 @@ type Options struct {
 	Version string
 	// Logger receives the API's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TLS, if set, serves HTTPS with these certificates (--https-listen); they reload with them.
+	TLS *tlsconf.Config
 }
 
 // api answers the requests for one broker.
 type api struct {
 	b      *server.Server
+	c      *core.Broker
 	opt    Options
 	routes []route
 }
 
 // route is one endpoint: a method and the path's segments after /api/, where "*" takes any
-// one segment and hands it, unescaped, to the handler.
+// one segment and hands it, unescaped, to the handler; access is RabbitMQ's authorisation rule
+// for it, and vhostArg the index of the argument that names a vhost (-1: none).
 type route struct {
-	method  string
-	pattern []string
-	handle  func(a *api, w http.ResponseWriter, r *http.Request, args []string)
+	method   string
+	pattern  []string
+	access   auth.HTTPAccess
+	vhostArg int
+	handle   func(a *api, w http.ResponseWriter, r *http.Request, args []string)
 }
 
 // apiRoutes are the endpoints, matched in order. Paths are split by hand rather than with
 // http.ServeMux because RabbitMQ's paths carry the vhost as one segment, and the default vhost
 // "/" arrives as %2F, which ServeMux does not match as a segment.
 func apiRoutes() []route {
+	const (
+		any     = auth.HTTPAny
+		admin   = auth.HTTPAdministrator
+		mon     = auth.HTTPMonitor
+		vh      = auth.HTTPVhost
+		vis     = auth.HTTPVhostVisible
+		pol     = auth.HTTPPolicies
+		owner   = auth.HTTPOwner
+		noVhost = -1
+	)
 	return []route{
-		{"GET", []string{"overview"}, (*api).overview},
-		{"GET", []string{"whoami"}, (*api).whoami},
-		{"GET", []string{"vhosts"}, (*api).vhosts},
-		{"GET", []string{"connections"}, (*api).connections},
-		{"GET", []string{"connections", "*"}, (*api).connection},
-		{"DELETE", []string{"connections", "*"}, (*api).closeConnection},
-		{"GET", []string{"queues"}, (*api).queues},
-		{"GET", []string{"queues", "*"}, (*api).queues},
-		{"GET", []string{"queues", "*", "*"}, (*api).queue},
-		{"GET", []string{"exchanges"}, (*api).exchanges},
-		{"GET", []string{"exchanges", "*"}, (*api).exchanges},
-		{"GET", []string{"exchanges", "*", "*"}, (*api).exchange},
-		{"GET", []string{"health", "checks", "alarms"}, (*api).alarms},
+		{"GET", []string{"overview"}, any, noVhost, (*api).overview},
+		{"GET", []string{"whoami"}, any, noVhost, (*api).whoami},
+		{"GET", []string{"vhosts"}, any, noVhost, (*api).vhosts},
+		{"GET", []string{"vhosts", "*"}, admin, 0, (*api).vhost},
+		{"PUT", []string{"vhosts", "*"}, admin, noVhost, (*api).putVHost},
+		{"DELETE", []string{"vhosts", "*"}, admin, 0, (*api).deleteVHost},
+		{"GET", []string{"vhosts", "*", "permissions"}, admin, 0, (*api).vhostPermissions},
+		{"GET", []string{"vhosts", "*", "topic-permissions"}, admin, 0, (*api).vhostTopicPermissions},
+		{"GET", []string{"users"}, admin, noVhost, (*api).users},
+		{"GET", []string{"users", "*"}, admin, noVhost, (*api).user},
+		{"PUT", []string{"users", "*"}, admin, noVhost, (*api).putUser},
+		{"DELETE", []string{"users", "*"}, admin, noVhost, (*api).deleteUser},
+		{"GET", []string{"users", "*", "permissions"}, admin, noVhost, (*api).userPermissions},
+		{"GET", []string{"users", "*", "topic-permissions"}, admin, noVhost, (*api).userTopicPermissions},
+		{"GET", []string{"permissions"}, admin, noVhost, (*api).permissions},
+		{"GET", []string{"permissions", "*", "*"}, admin, 0, (*api).permission},
+		{"PUT", []string{"permissions", "*", "*"}, admin, 0, (*api).putPermission},
+		{"DELETE", []string{"permissions", "*", "*"}, admin, 0, (*api).deletePermission},
+		{"GET", []string{"topic-permissions"}, admin, noVhost, (*api).topicPermissions},
+		{"GET", []string{"topic-permissions", "*", "*"}, admin, 0, (*api).topicPermission},
+		{"PUT", []string{"topic-permissions", "*", "*"}, admin, 0, (*api).putTopicPermission},
+		{"DELETE", []string{"topic-permissions", "*", "*"}, admin, 0, (*api).deleteTopicPermission},
+		{"DELETE", []string{"topic-permissions", "*", "*", "*"}, admin, 0, (*api).deleteTopicPermission},
+		{"GET", []string{"policies"}, vh, noVhost, (*api).policies},
+		{"GET", []string{"policies", "*"}, vh, 0, (*api).policies},
+		{"GET", []string{"policies", "*", "*"}, pol, 0, (*api).policyItem},
+		{"PUT", []string{"policies", "*", "*"}, pol, 0, (*api).putPolicy},
+		{"DELETE", []string{"policies", "*", "*"}, pol, 0, (*api).deletePolicy},
+		{"GET", []string{"operator-policies"}, vh, noVhost, (*api).operatorPolicies},
+		{"GET", []string{"operator-policies", "*"}, vh, 0, (*api).operatorPolicies},
+		{"GET", []string{"operator-policies", "*", "*"}, admin, 0, (*api).operatorPolicyItem},
+		{"PUT", []string{"operator-policies", "*", "*"}, admin, 0, (*api).putOperatorPolicy},
+		{"DELETE", []string{"operator-policies", "*", "*"}, admin, 0, (*api).deleteOperatorPolicy},
+		{"GET", []string{"vhost-limits"}, vis, noVhost, (*api).vhostLimits},
+		{"GET", []string{"vhost-limits", "*"}, vis, 0, (*api).vhostLimits},
+		{"PUT", []string{"vhost-limits", "*", "*"}, admin, 0, (*api).putVHostLimit},
+		{"DELETE", []string{"vhost-limits", "*", "*"}, admin, 0, (*api).deleteVHostLimit},
+		{"GET", []string{"definitions"}, admin, noVhost, (*api).exportDefinitions},
+		{"GET", []string{"definitions", "*"}, admin, 0, (*api).exportDefinitions},
+		{"POST", []string{"definitions"}, admin, noVhost, (*api).importDefinitions},
+		{"POST", []string{"definitions", "*"}, admin, 0, (*api).importDefinitions},
+		{"GET", []string{"nodes"}, mon, noVhost, (*api).nodes},
+		{"GET", []string{"nodes", "*"}, mon, noVhost, (*api).nodes},
+		{"GET", []string{"auth", "attempts", "*"}, mon, noVhost, (*api).authAttempts},
+		{"GET", []string{"connections"}, any, noVhost, (*api).connections},
+		{"GET", []string{"connections", "*"}, owner, noVhost, (*api).connection},
+		{"DELETE", []string{"connections", "*"}, owner, noVhost, (*api).closeConnection},
+		{"GET", []string{"queues"}, vh, noVhost, (*api).queues},
+		{"GET", []string{"queues", "*"}, vh, 0, (*api).queues},
+		{"GET", []string{"queues", "*", "*"}, vh, 0, (*api).queue},
+		{"GET", []string{"exchanges"}, vh, noVhost, (*api).exchanges},
+		{"GET", []string{"exchanges", "*"}, vh, 0, (*api).exchanges},
+		{"GET", []string{"exchanges", "*", "*"}, vh, 0, (*api).exchange},
+		{"GET", []string{"health", "checks", "alarms"}, any, noVhost, (*api).alarms},
 	}
 }
 
@@ -75,14 +143,39 @@ func Handler(b *server.Server, opt Options) http.Handler {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &api{b: b, opt: opt, routes: append(apiRoutes(), streamRoutes()...)}
+	a := &api{b: b, c: b.Core(), opt: opt, routes: append(apiRoutes(), streamRoutes()...)}
 	return http.HandlerFunc(a.serve)
 }
 
+// principalKey is the request context's key for the authenticated user.
+type principalKey struct{}
+
+// cacheKey is the connection context's key for its password-check cache.
+type cacheKey struct{}
+
+// connCache is one HTTP connection's password-check cache (HTTP/2 may run its requests at once).
+type connCache struct {
+	mu sync.Mutex
+	c  auth.Cache
+}
+
+// ConnContext gives each HTTP connection its password-check cache: a client that sends the same
+// Basic credentials on every request of a keep-alive connection costs one hash, not one per
+// request.
+func ConnContext(ctx context.Context, _ net.Conn) context.Context {
+	return context.WithValue(ctx, cacheKey{}, &connCache{})
+}
+
 func (a *api) serve(w http.ResponseWriter, r *http.Request) {
-	if !a.authenticated(r) {
+	p, err := a.authenticate(r)
+	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not_authorized", "reason": "Login failed"})
+		reason := "Login failed"
+		var le *auth.LoginError
+		if errors.As(err, &le) && strings.Contains(le.Reason, "can only connect via localhost") {
+			reason = "User can only log in via localhost"
+		}
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not_authorized", "reason": reason})
 		return
 	}
 	segs, ok := apiSegments(r.URL.EscapedPath())
@@ -97,7 +190,28 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if rt.method == r.Method || (rt.method == "GET" && r.Method == "HEAD") {
-			rt.handle(a, w, r, args)
+			req := auth.HTTPRequest{User: p.Name, Tags: p.Tags, Method: r.Method}
+			if rt.vhostArg >= 0 && rt.vhostArg < len(args) {
+				if _, exists := a.c.LookupVHost(args[rt.vhostArg]); exists {
+					req.Vhost = args[rt.vhostArg]
+					req.VhostAccess = a.c.VHostGrant(p.Name, req.Vhost) != nil
+				}
+			}
+			if rt.access == auth.HTTPOwner && len(args) > 0 {
+				if c, ok := a.findConnection(args[0]); ok {
+					req.Owner = c.User
+				}
+			}
+			if err := auth.AuthorizeHTTP(rt.access, req); err != nil {
+				var he *auth.HTTPError
+				if errors.As(err, &he) {
+					writeJSON(w, he.Status, map[string]string{"error": he.Err, "reason": he.Reason})
+					return
+				}
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not_authorised", "reason": err.Error()})
+				return
+			}
+			rt.handle(a, w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), args)
 			return
 		}
 		allowed = append(allowed, rt.method)
@@ -108,6 +222,12 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	notFound(w)
+}
+
+// principal is the request's authenticated user.
+func principal(r *http.Request) core.Principal {
+	p, _ := r.Context().Value(principalKey{}).(core.Principal)
+	return p
 }
 
 // apiSegments splits an escaped path below /api/ into unescaped segments; a trailing slash is
@@ -148,19 +268,25 @@ func (rt route) match(segs []string) ([]string, bool) {
 	return args, true
 }
 
-// authenticated reports whether the request's basic-auth credentials would log in over AMQP
-// from the same address.
-func (a *api) authenticated(r *http.Request) bool {
+// authenticate checks the request's basic-auth credentials as an AMQP login from the same
+// address would be checked.
+func (a *api) authenticate(r *http.Request) (core.Principal, error) {
 	user, pass, ok := r.BasicAuth()
 	if !ok {
-		return false
+		return core.Principal{}, errors.New("no credentials")
 	}
 	host, port, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return false
+		return core.Principal{}, err
 	}
-	p, _ := strconv.Atoi(port)
-	return a.b.Authenticate(user, pass, &net.TCPAddr{IP: net.ParseIP(host), Port: p}) == nil
+	pn, _ := strconv.Atoi(port)
+	remote := &net.TCPAddr{IP: net.ParseIP(host), Port: pn}
+	if cc, ok := r.Context().Value(cacheKey{}).(*connCache); ok {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		return a.b.Authenticate(user, pass, remote, &cc.c)
+	}
+	return a.b.Authenticate(user, pass, remote, nil)
 }
 
 func (a *api) overview(w http.ResponseWriter, r *http.Request, args []string) {
@@ -197,22 +323,21 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request, args []string) {
 }
 
 func (a *api) whoami(w http.ResponseWriter, r *http.Request, args []string) {
-	user, _, _ := r.BasicAuth()
-	writeJSON(w, http.StatusOK, map[string]any{"name": user, "tags": []string{"administrator"}})
-}
-
-func (a *api) vhosts(w http.ResponseWriter, r *http.Request, args []string) {
-	out := []map[string]any{}
-	for _, v := range a.b.VHosts() {
-		out = append(out, map[string]any{"name": v, "description": "", "tracing": false})
+	p := principal(r)
+	tags := p.Tags
+	if tags == nil {
+		tags = []string{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, map[string]any{"name": p.Name, "tags": tags})
 }
 
 func (a *api) connections(w http.ResponseWriter, r *http.Request, args []string) {
+	p := principal(r)
 	out := []map[string]any{}
 	for _, c := range a.b.Connections() {
-		out = append(out, a.connectionJSON(c))
+		if c.User == p.Name || auth.SeesOthersConnections(p.Tags) {
+			out = append(out, a.connectionJSON(c))
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -283,7 +408,7 @@ func splitAddr(addr string) (string, int) {
 
 // queues lists every queue, or a vhost's queues when the path names one.
 func (a *api) queues(w http.ResponseWriter, r *http.Request, args []string) {
-	listInVhost(a, w, args, a.b.Queues(), func(q server.QueueInfo) (string, map[string]any) { return q.VHost, a.queueJSON(q) })
+	listInVhost(a, w, r, args, a.b.Queues(), func(q server.QueueInfo) (string, map[string]any) { return q.VHost, a.queueJSON(q) })
 }
 
 func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
@@ -297,14 +422,16 @@ func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
 
 // listInVhost writes items as JSON, all of them or, when args names a vhost, those in it; an
 // unknown vhost is 404, as in RabbitMQ.
-func listInVhost[T any](a *api, w http.ResponseWriter, args []string, items []T, view func(T) (vhost string, obj map[string]any)) {
+func listInVhost[T any](a *api, w http.ResponseWriter, r *http.Request, args []string, items []T, view func(T) (vhost string, obj map[string]any)) {
 	if len(args) > 0 && !a.vhostExists(args[0]) {
 		notFound(w)
 		return
 	}
+	p := principal(r)
 	out := []map[string]any{}
 	for _, it := range items {
-		if vhost, obj := view(it); len(args) == 0 || vhost == args[0] {
+		vhost, obj := view(it)
+		if (len(args) == 0 || vhost == args[0]) && auth.ListsVhostObjects(p.Tags, a.c.VHostGrant(p.Name, vhost) != nil) {
 			out = append(out, obj)
 		}
 	}
@@ -313,25 +440,36 @@ func listInVhost[T any](a *api, w http.ResponseWriter, args []string, items []T,
 
 func (a *api) queueJSON(q server.QueueInfo) map[string]any {
 	return map[string]any{
-		"name":                    q.Name,
-		"vhost":                   q.VHost,
-		"type":                    q.Type,
-		"node":                    a.b.NodeName(),
-		"state":                   "running",
-		"durable":                 q.Durable,
-		"auto_delete":             q.AutoDelete,
-		"exclusive":               q.Exclusive,
-		"arguments":               tableJSON(q.Arguments),
-		"messages":                q.Ready + q.Unacked,
-		"messages_ready":          q.Ready,
-		"messages_unacknowledged": q.Unacked,
-		"consumers":               q.Consumers,
+		"name":                        q.Name,
+		"vhost":                       q.VHost,
+		"type":                        q.Type,
+		"node":                        a.b.NodeName(),
+		"state":                       "running",
+		"durable":                     q.Durable,
+		"auto_delete":                 q.AutoDelete,
+		"exclusive":                   q.Exclusive,
+		"arguments":                   tableJSON(q.Arguments),
+		"messages":                    q.Ready + q.Unacked,
+		"messages_ready":              q.Ready,
+		"messages_unacknowledged":     q.Unacked,
+		"consumers":                   q.Consumers,
+		"policy":                      nullable(q.Policy),
+		"operator_policy":             nullable(q.OperatorPolicy),
+		"effective_policy_definition": q.EffectivePolicyDefinition,
 	}
+}
+
+// nullable is a name the API shows as null when empty.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // exchanges lists every exchange, or a vhost's exchanges when the path names one.
 func (a *api) exchanges(w http.ResponseWriter, r *http.Request, args []string) {
-	listInVhost(a, w, args, a.b.Exchanges(), func(e server.ExchangeInfo) (string, map[string]any) { return e.VHost, exchangeJSON(e) })
+	listInVhost(a, w, r, args, a.b.Exchanges(), func(e server.ExchangeInfo) (string, map[string]any) { return e.VHost, exchangeJSON(e) })
 }
 
 func (a *api) exchange(w http.ResponseWriter, r *http.Request, args []string) {
@@ -351,6 +489,7 @@ func (a *api) exchange(w http.ResponseWriter, r *http.Request, args []string) {
 
 func exchangeJSON(e server.ExchangeInfo) map[string]any {
 	return map[string]any{
+		"policy":      nullable(e.Policy),
 		"name":        e.Name,
 		"vhost":       e.VHost,
 		"type":        e.Type,
@@ -461,9 +600,13 @@ func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
 		return nil, fmt.Errorf("HTTP API: listen on %s: %w", addr, err)
 	}
 	h := Handler(b, opt)
+	if opt.TLS != nil {
+		ln = tls.NewListener(ln, opt.TLS.TLSConfig())
+	}
 	l := &Listener{
 		srv: &http.Server{
 			Handler:           h,
+			ConnContext:       ConnContext,
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
 		},

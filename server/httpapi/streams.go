@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/server/auth"
 	"warren/server/core"
 )
 
@@ -21,19 +22,34 @@ import (
 //	PUT /api/stream/consumer-groups/{vhost}/{s}/{group}/offsets  {"offset": "first"|"last"|"next"|N}
 //	                                                      or {"timestamp": ms}: move a group's offsets
 //	GET /api/stream/status/{vhost}/{stream}               replication status on this node
+//
+// Access follows RabbitMQ's rule for queues (a management tag and access to the vhost; lists show
+// the vhosts the user may see); moving a group's offsets needs the policymaker rule, as changing
+// a vhost's parameters does.
 func streamRoutes() []route {
+	const (
+		vh      = auth.HTTPVhost
+		pol     = auth.HTTPPolicies
+		noVhost = -1
+	)
 	return []route{
-		{"GET", []string{"stream", "publishers"}, (*api).streamPublishers},
-		{"GET", []string{"stream", "publishers", "*"}, (*api).streamPublishers},
-		{"GET", []string{"stream", "publishers", "*", "*"}, (*api).streamPublishers},
-		{"GET", []string{"stream", "consumers"}, (*api).streamConsumers},
-		{"GET", []string{"stream", "consumers", "*"}, (*api).streamConsumers},
-		{"GET", []string{"stream", "consumer-groups", "*", "*"}, (*api).consumerGroups},
-		{"GET", []string{"stream", "consumer-groups", "*", "*", "*"}, (*api).consumerGroups},
-		{"PUT", []string{"stream", "consumer-groups", "*", "*", "*", "offsets"}, (*api).resetGroupOffsets},
-		{"GET", []string{"stream", "status", "*", "*"}, (*api).streamStatus},
-		{"GET", []string{"stream", "*", "*", "tracking"}, (*api).streamTracking},
+		{"GET", []string{"stream", "publishers"}, vh, noVhost, (*api).streamPublishers},
+		{"GET", []string{"stream", "publishers", "*"}, vh, 0, (*api).streamPublishers},
+		{"GET", []string{"stream", "publishers", "*", "*"}, vh, 0, (*api).streamPublishers},
+		{"GET", []string{"stream", "consumers"}, vh, noVhost, (*api).streamConsumers},
+		{"GET", []string{"stream", "consumers", "*"}, vh, 0, (*api).streamConsumers},
+		{"GET", []string{"stream", "consumer-groups", "*", "*"}, vh, 0, (*api).consumerGroups},
+		{"GET", []string{"stream", "consumer-groups", "*", "*", "*"}, vh, 0, (*api).consumerGroups},
+		{"PUT", []string{"stream", "consumer-groups", "*", "*", "*", "offsets"}, pol, 0, (*api).resetGroupOffsets},
+		{"GET", []string{"stream", "status", "*", "*"}, vh, 0, (*api).streamStatus},
+		{"GET", []string{"stream", "*", "*", "tracking"}, vh, 0, (*api).streamTracking},
 	}
+}
+
+// visibleVhost reports whether the request's user may list objects of vhost.
+func (a *api) visibleVhost(r *http.Request, vhost string) bool {
+	p := principal(r)
+	return auth.ListsVhostObjects(p.Tags, a.c.VHostGrant(p.Name, vhost) != nil)
 }
 
 func (a *api) streamTracking(w http.ResponseWriter, r *http.Request, args []string) {
@@ -54,16 +70,18 @@ func (a *api) streamTracking(w http.ResponseWriter, r *http.Request, args []stri
 	writeJSON(w, http.StatusOK, out)
 }
 
-func queueRef(vhost, name string) map[string]string { return map[string]string{"name": name, "vhost": vhost} }
+func queueRef(vhost, name string) map[string]string {
+	return map[string]string{"name": name, "vhost": vhost}
+}
 
-func (a *api) streamPublishers(w http.ResponseWriter, _ *http.Request, args []string) {
+func (a *api) streamPublishers(w http.ResponseWriter, r *http.Request, args []string) {
 	if len(args) > 0 && !a.vhostExists(args[0]) {
 		notFound(w)
 		return
 	}
 	out := []map[string]any{}
 	for _, p := range a.b.StreamPublishers() {
-		if len(args) > 0 && p.VHost != args[0] || len(args) > 1 && p.Stream != args[1] {
+		if len(args) > 0 && p.VHost != args[0] || len(args) > 1 && p.Stream != args[1] || !a.visibleVhost(r, p.VHost) {
 			continue
 		}
 		out = append(out, map[string]any{"reference": p.Reference, "queue": queueRef(p.VHost, p.Stream),
@@ -72,14 +90,14 @@ func (a *api) streamPublishers(w http.ResponseWriter, _ *http.Request, args []st
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (a *api) streamConsumers(w http.ResponseWriter, _ *http.Request, args []string) {
+func (a *api) streamConsumers(w http.ResponseWriter, r *http.Request, args []string) {
 	if len(args) > 0 && !a.vhostExists(args[0]) {
 		notFound(w)
 		return
 	}
 	out := []map[string]any{}
 	for _, c := range a.b.StreamConsumers() {
-		if len(args) > 0 && c.VHost != args[0] {
+		if len(args) > 0 && c.VHost != args[0] || !a.visibleVhost(r, c.VHost) {
 			continue
 		}
 		props := map[string]any{}
@@ -203,10 +221,6 @@ func (a *api) resetGroupOffsets(w http.ResponseWriter, r *http.Request, args []s
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func badRequest(w http.ResponseWriter, reason string) {
-	writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad_request", "reason": reason})
-}
-
 func (a *api) streamStatus(w http.ResponseWriter, _ *http.Request, args []string) {
 	st, ok := a.b.StreamStatus(args[0], args[1])
 	if !ok {
@@ -217,4 +231,3 @@ func (a *api) streamStatus(w http.ResponseWriter, _ *http.Request, args []string
 		"first_offset": st.First, "committed_offset": st.Committed, "written_offset": st.Written, "durable_offset": st.Durable,
 		"followers": st.Followers, "voters": st.Voters, "nonvoters": st.Nonvoters, "coordination_leader": st.CoordinationLeader})
 }
-

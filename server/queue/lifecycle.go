@@ -23,7 +23,7 @@ type Config struct {
 	MaxPriority uint8
 	// MessageTTL is x-message-ttl in ms; < 0 = none. A message's deadline is the earlier of
 	// publish time + MessageTTL and its Message.ExpiresAt. 0 is valid: the message expires unless
-	// a consumer takes it at once (see PublishEntry).
+	// a consumer takes it at once (see machine.publish).
 	MessageTTL int64
 	// MaxLength is x-max-length, counting ready messages only; < 0 = none.
 	MaxLength int64
@@ -33,14 +33,14 @@ type Config struct {
 	Overflow Overflow
 	// DeliveryLimit is x-delivery-limit; < 0 = none. The rule is that of RabbitMQ quorum queues
 	// (rabbit_fifo return_one: the delivery count is incremented on return and the message is
-	// dead-lettered when it "has been returned more times than the limit"): ReturnAt increments
+	// dead-lettered when it "has been returned more times than the limit"): a return increments
 	// the message's DeliveryCount, and if the new count is greater than DeliveryLimit the message is
 	// dead-lettered (ReasonDeliveryLimit) instead of requeued. So with limit N a message is
 	// delivered at most N+1 times: N returns requeue it, the (N+1)th dead-letters it; with limit 0
 	// its first return dead-letters it.
 	DeliveryLimit int64
 	// SingleActiveConsumer is x-single-active-consumer: only one consumer receives messages (see
-	// ActiveConsumer).
+	// machine.activeConsumer).
 	SingleActiveConsumer bool
 }
 
@@ -62,18 +62,23 @@ const (
 )
 
 // Dead is a message that left the queue for a reason that dead-letters it (or drops it when the
-// queue has no dead-letter exchange: the caller decides).
+// queue has no dead-letter exchange: the core decides).
 type Dead struct {
-	ID            uint64   // its id in this queue; 0 for a publish refused by reject-publish-dlx
-	Msg           *Message // nil if its body is paged out: the caller loads it by ID and Flags
-	Flags         uint8
-	Reason        Reason
-	DeliveryCount uint32 // its delivery count when it left (for delivery_limit: the count that went over)
-	Size          uint32
+	ID     uint64   // its id in this queue; 0 for a publish refused by reject-publish-dlx
+	Msg    *Message // the message; inside the package nil while its body is paged out
+	Reason Reason
+	// DeliveryCount is its delivery count when it left (for delivery_limit: the count that went over).
+	DeliveryCount uint32
+	// Key is the dedupe key the dead letter must carry to its targets (Message.Dedupe): set by
+	// quorum queues, whose dead letters are handed over at least once; zero for classic queues.
+	Key DedupeKey
+
+	flags uint8 // storage flags, to load a paged body
+	size  uint32
 }
 
 func deadOf(e entry, r Reason, count uint32) Dead {
-	return Dead{ID: e.id, Msg: e.msg, Flags: e.flags, Reason: r, DeliveryCount: count, Size: e.size}
+	return Dead{ID: e.id, Msg: e.msg, flags: e.flags, Reason: r, DeliveryCount: count, size: e.size}
 }
 
 // timedMsg is the machine's record of a live message with a deadline.
@@ -88,7 +93,7 @@ type timedMsg struct {
 // track records e, which has just become ready, as a timed message with this deadline (0: keep
 // the deadline of its record, for a returned message); arm puts it on the expiry heap if it is not
 // there yet.
-func (m *Machine) track(e entry, deadline int64, arm bool) {
+func (m *machine) track(e entry, deadline int64, arm bool) {
 	if m.timed == nil {
 		m.timed = make(map[uint64]timedMsg)
 	}
@@ -106,7 +111,7 @@ func (m *Machine) track(e entry, deadline int64, arm bool) {
 }
 
 // untrack forgets a timed message that left the queue. Its expiry item, if any, goes stale.
-func (m *Machine) untrack(id uint64) {
+func (m *machine) untrack(id uint64) {
 	if t, ok := m.timed[id]; ok {
 		if t.queued {
 			m.queuedLive--
@@ -117,7 +122,7 @@ func (m *Machine) untrack(id uint64) {
 
 // leaveReady updates the record of a timed message that was just delivered: gone if it was
 // removed at delivery (no-ack), else it is now unacked (and its unacked entry gets the deadline).
-func (m *Machine) leaveReady(e entry, gone bool) {
+func (m *machine) leaveReady(e entry, gone bool) {
 	if gone {
 		m.untrack(e.id)
 		return
@@ -132,7 +137,7 @@ func (m *Machine) leaveReady(e entry, gone bool) {
 
 // pushExpiry adds an item to the expiry heap, first sweeping out stale items when they are the
 // majority (amortised O(1) per item).
-func (m *Machine) pushExpiry(it deadlineItem) {
+func (m *machine) pushExpiry(it deadlineItem) {
 	if n := len(m.expiry); n >= 64 && n >= 2*m.queuedLive {
 		h := m.expiry[:0]
 		for _, x := range m.expiry {
@@ -148,7 +153,7 @@ func (m *Machine) pushExpiry(it deadlineItem) {
 }
 
 // expireReady turns the ready message e, already untracked, into a tombstone and reports it.
-func (m *Machine) expireReady(e entry) Dead {
+func (m *machine) expireReady(e entry) Dead {
 	m.ready--
 	m.readyBytes -= int(e.size)
 	m.tombs++
@@ -164,7 +169,7 @@ func (m *Machine) expireReady(e entry) Dead {
 }
 
 // maybeSweep removes the tombstones from the levels once they outnumber the live ready messages.
-func (m *Machine) maybeSweep() {
+func (m *machine) maybeSweep() {
 	if m.tombs <= 32 || m.tombs <= m.ready {
 		return
 	}
@@ -200,7 +205,7 @@ func (m *Machine) maybeSweep() {
 
 // deadline returns the deadline of a message published at now with the given absolute expiry
 // (0 = none), and whether it has one.
-func (m *Machine) deadline(expiresAt, now int64) (int64, bool) {
+func (m *machine) deadline(expiresAt, now int64) (int64, bool) {
 	d := expiresAt
 	if m.cfg.MessageTTL >= 0 {
 		if q := now + m.cfg.MessageTTL; d == 0 || q < d {
@@ -211,25 +216,21 @@ func (m *Machine) deadline(expiresAt, now int64) (int64, bool) {
 }
 
 // full reports whether a message of size bytes would take the queue over a length limit.
-func (m *Machine) full(size uint32) bool {
+func (m *machine) full(size uint32) bool {
 	return (m.cfg.MaxLength >= 0 && int64(m.ready) >= m.cfg.MaxLength) ||
 		(m.cfg.MaxLengthBytes >= 0 && int64(m.readyBytes)+int64(size) > m.cfg.MaxLengthBytes)
 }
 
 // over reports whether the queue is over a length limit.
-func (m *Machine) over() bool {
+func (m *machine) over() bool {
 	return (m.cfg.MaxLength >= 0 && int64(m.ready) > m.cfg.MaxLength) ||
 		(m.cfg.MaxLengthBytes >= 0 && int64(m.readyBytes) > m.cfg.MaxLengthBytes)
 }
 
-// Publish is Enqueue with the lifecycle rules, at time now (Unix ms). msg must not be nil; its
-// Priority and ExpiresAt are used (PublishEntry takes them separately, for a paged-out body).
-func (m *Machine) Publish(msg *Message, size uint32, flags uint8, now int64) (id uint64, accepted bool, dead []Dead) {
-	return m.PublishEntry(msg, size, flags, msg.Priority, msg.ExpiresAt, now)
-}
-
-// PublishEntry is Publish with the priority and the absolute expiry (Unix ms, 0 = none) given
-// separately, so that msg may be nil for a body that lives only on disk.
+// publish appends a message at the tail with the lifecycle rules, at time now (Unix ms), and
+// returns its id (1, 2, 3, ...: strictly increasing). The priority and the absolute expiry (Unix
+// ms, 0 = none) are given apart from msg, which may be nil for a body that lives only on disk (the
+// Dead values it returns then carry a nil Msg; the caller fills in the message it has).
 //
 // Length limits, by Overflow:
 //   - DropHead: the message is enqueued, then messages are dropped from the head of the queue (the
@@ -245,12 +246,12 @@ func (m *Machine) Publish(msg *Message, size uint32, flags uint8, now int64) (id
 // published (TTL 0, expiration 0 or in the past) is "delivered at once or expired", as in
 // RabbitMQ: if no consumer can take a message right now it is not enqueued and comes back in dead
 // with ReasonExpired (accepted=true: the publisher gets an ack, and id was used up); otherwise it
-// is enqueued, Expire leaves it alone, and the next CheckoutAt that does not stop at its max either
+// is enqueued, expire leaves it alone, and the next checkout that does not stop at its max either
 // delivers it or reports it expired.
-func (m *Machine) PublishEntry(msg *Message, size uint32, flags uint8, priority uint8, expiresAt int64, now int64) (id uint64, accepted bool, dead []Dead) {
+func (m *machine) publish(msg *Message, size uint32, flags uint8, priority uint8, expiresAt int64, now int64, dead []Dead) (id uint64, accepted bool, _ []Dead) {
 	if m.cfg.Overflow != DropHead && m.full(size) {
 		if m.cfg.Overflow == RejectPublishDLX {
-			dead = []Dead{{Msg: msg, Flags: flags, Reason: ReasonMaxLen, Size: size}}
+			dead = append(dead, Dead{Msg: msg, flags: flags, Reason: ReasonMaxLen, size: size})
 		}
 		return 0, false, dead
 	}
@@ -260,11 +261,11 @@ func (m *Machine) PublishEntry(msg *Message, size uint32, flags uint8, priority 
 	d, timed := m.deadline(expiresAt, now)
 	if !timed {
 		m.pushReady(e)
-		return id, true, m.trim(nil)
+		return id, true, m.trim(dead)
 	}
 	due := d <= now
 	if due && !m.canTakeNow() {
-		return id, true, []Dead{{ID: id, Msg: msg, Flags: flags, Reason: ReasonExpired, Size: size}}
+		return id, true, append(dead, Dead{ID: id, Msg: msg, flags: flags, Reason: ReasonExpired, size: size})
 	}
 	e.timed = true
 	m.pushReady(e)
@@ -272,15 +273,13 @@ func (m *Machine) PublishEntry(msg *Message, size uint32, flags uint8, priority 
 	if due {
 		m.atOnce = append(m.atOnce, id)
 	}
-	return id, true, m.trim(nil)
+	return id, true, m.trim(dead)
 }
 
-// Trim applies the drop-head length limits now and returns the messages it dropped
-// (ReasonMaxLen). Publish trims by itself; call Trim after returning messages, as RabbitMQ drops
-// from the head after a requeue too. It does nothing unless Overflow is DropHead.
-func (m *Machine) Trim() []Dead { return m.trim(nil) }
-
-func (m *Machine) trim(dead []Dead) []Dead {
+// trim applies the drop-head length limits now and appends the messages it dropped (ReasonMaxLen)
+// to dead. publish trims by itself; State trims after returning messages too, as RabbitMQ drops
+// from the head after a requeue. It does nothing unless Overflow is DropHead.
+func (m *machine) trim(dead []Dead) []Dead {
 	if m.cfg.Overflow != DropHead {
 		return dead
 	}
@@ -294,14 +293,12 @@ func (m *Machine) trim(dead []Dead) []Dead {
 	return dead
 }
 
-// Expire removes every ready message whose deadline is <= now, wherever it is in the queue (not
-// only at the head), and returns them (ReasonExpired) in deadline order, ties by id. The one
-// exception are messages published already due while a consumer could take them, which wait for
-// the next CheckoutAt (see PublishEntry). Unacked messages do not expire; one whose deadline passed
+// expire removes every ready message whose deadline is <= now, wherever it is in the queue (not
+// only at the head), and appends them (ReasonExpired) to dead in deadline order, ties by id. The
+// one exception are messages published already due while a consumer could take them, which wait
+// for the next checkout (see publish). Unacked messages do not expire; one whose deadline passed
 // while it was unacked expires as soon as it is returned. O(log n) per message.
-func (m *Machine) Expire(now int64) []Dead { return m.expire(now, nil) }
-
-func (m *Machine) expire(now int64, dead []Dead) []Dead {
+func (m *machine) expire(now int64, dead []Dead) []Dead {
 	for len(m.expiry) > 0 && m.expiry[0].deadline <= now {
 		it := m.expiry.pop()
 		t, ok := m.timed[it.id]
@@ -321,9 +318,10 @@ func (m *Machine) expire(now int64, dead []Dead) []Dead {
 	return dead
 }
 
-// NextExpiry returns the earliest deadline among the ready messages that Expire would remove, for
-// the caller's timer; ok is false if there is none.
-func (m *Machine) NextExpiry() (deadline int64, ok bool) {
+// nextExpiry returns the earliest deadline among the ready messages that expire would remove, for
+// the caller's timer; ok is false if there is none. It drops stale heap items on the way, which no
+// snapshot or later result can observe.
+func (m *machine) nextExpiry() (deadline int64, ok bool) {
 	for len(m.expiry) > 0 {
 		it := m.expiry[0]
 		t, live := m.timed[it.id]
@@ -341,7 +339,7 @@ func (m *Machine) NextExpiry() (deadline int64, ok bool) {
 }
 
 // sweepAtOnce expires the messages published already due that no consumer took.
-func (m *Machine) sweepAtOnce(dead []Dead) []Dead {
+func (m *machine) sweepAtOnce(dead []Dead) []Dead {
 	for _, id := range m.atOnce {
 		if t, ok := m.timed[id]; ok && !t.unacked && !t.queued {
 			delete(m.timed, id)
@@ -353,12 +351,12 @@ func (m *Machine) sweepAtOnce(dead []Dead) []Dead {
 	return dead
 }
 
-// CheckoutAt is Checkout at time now: first it expires what is due (as Expire), so it never hands
-// out an expired message; it records now as the delivery time of each unacked delivery (for
-// TimedOut); and unless it stopped because it reached max, it expires the messages published already
-// due that it could not deliver. It returns the deliveries and the expired messages.
-func (m *Machine) CheckoutAt(dst []Delivery, max int, reserve func(ConsumerID) bool, now int64) ([]Delivery, []Dead) {
-	dead := m.expire(now, nil)
+// checkoutAt is checkout at time now: first it expires what is due (as expire), so it never hands
+// out an expired message; and unless it stopped because it reached max, it expires the messages
+// published already due that it could not deliver. It returns the deliveries and appends the
+// expired messages to dead.
+func (m *machine) checkoutAt(dst []Delivery, max int, reserve func(ConsumerID) bool, now int64, dead []Dead) ([]Delivery, []Dead) {
+	dead = m.expire(now, dead)
 	dst, atMax := m.checkout(dst, max, reserve, now)
 	if len(m.atOnce) > 0 && (!atMax || m.ready == 0) {
 		dead = m.sweepAtOnce(dead)
@@ -366,65 +364,68 @@ func (m *Machine) CheckoutAt(dst []Delivery, max int, reserve func(ConsumerID) b
 	return dst, dead
 }
 
-// GetAt is Get at time now: it expires what is due first (as Expire), so it never hands out an
-// expired message, and it returns what expired on the way.
-func (m *Machine) GetAt(noAck bool, now int64) (Delivery, bool, []Dead) {
-	dead := m.expire(now, nil)
+// getAt is get at time now: it expires what is due first (as expire), so it never hands out an
+// expired message, and it appends what expired on the way to dead.
+func (m *machine) getAt(noAck bool, now int64, dead []Dead) (Delivery, bool, []Dead) {
+	dead = m.expire(now, dead)
 	d, ok := m.get(noAck)
 	return d, ok, dead
 }
 
-// ReturnAt is Return with the delivery limit (see Config.DeliveryLimit): the message is requeued at
-// its original position, or, if its incremented delivery count is over the limit, removed and
-// reported as dead (ReasonDeliveryLimit). ok is false if id is not unacked.
-func (m *Machine) ReturnAt(id uint64) (dead *Dead, ok bool) {
-	e, ok := m.take(id, false)
+// returnTag requeues an unacked delivery with the delivery limit (see Config.DeliveryLimit): the
+// message goes back to its original position, or, if its incremented delivery count is over the
+// limit, it is removed and reported as dead (ReasonDeliveryLimit). ok is false if tag is not an
+// unacked delivery. requeued is the message as it is now ready (valid when dead is nil).
+func (m *machine) returnTag(tag Tag) (requeued entry, dead *Dead, ok bool) {
+	e, ok := m.take(tag, false)
 	if !ok {
-		return nil, false
+		return entry{}, nil, false
 	}
 	if lim := m.cfg.DeliveryLimit; lim >= 0 && int64(e.count)+1 > lim {
 		if e.timed {
-			m.untrack(id)
+			m.untrack(e.id)
 		}
 		d := deadOf(e, ReasonDeliveryLimit, e.count+1)
-		return &d, true
+		return entry{}, &d, true
 	}
-	m.requeue(e)
-	return nil, true
+	return m.requeue(e), nil, true
 }
 
-// DiscardDead is Discard reporting the message as Dead with ReasonRejected.
-func (m *Machine) DiscardDead(id uint64) (Dead, bool) {
-	e, ok := m.take(id, true)
+// discardTag removes an unacked delivery (reject or nack without requeue) and reports the message as
+// Dead with ReasonRejected. ok is false if tag is not an unacked delivery.
+func (m *machine) discardTag(tag Tag) (Dead, bool) {
+	e, ok := m.take(tag, true)
 	if !ok {
 		return Dead{}, false
 	}
 	return deadOf(e, ReasonRejected, e.count), true
 }
 
-// ReturnConsumer returns (requeues) every unacked message delivered to a consumer with this ID,
-// attached or already removed, in id order, applying the delivery limit as ReturnAt does. It
-// returns the ids requeued and the dead. It does not remove the consumer.
-func (m *Machine) ReturnConsumer(id ConsumerID) (requeued []uint64, dead []Dead) {
-	var ids []uint64
+// ownedBy returns, in id order, the tags of the unacked deliveries of consumers (attached or
+// already removed) for which owned is true. It appends to dst.
+func (m *machine) ownedBy(dst []Tag, owned func(ConsumerID) bool) []Tag {
+	n := len(dst)
 	for uid, u := range m.unacked {
-		if u.owner != nil && u.owner.spec.ID == id {
-			ids = append(ids, uid)
+		if u.owner != nil && owned(u.owner.spec.ID) {
+			dst = append(dst, Tag{ID: uid, Count: u.count})
 		}
 	}
-	slices.Sort(ids)
-	for _, uid := range ids {
-		if d, _ := m.ReturnAt(uid); d != nil {
-			dead = append(dead, *d)
-		} else {
-			requeued = append(requeued, uid)
-		}
+	slices.SortFunc(dst[n:], func(a, b Tag) int { return cmpID(a.ID, b.ID) })
+	return dst
+}
+
+func cmpID(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
-	return requeued, dead
+	return 0
 }
 
 // recordSent notes a delivery to c made with a time.
-func (m *Machine) recordSent(c *consumer, o outstanding) {
+func (m *machine) recordSent(c *consumer, o outstanding) {
 	m.oldestSent(c)
 	if n := c.sent.Len(); n >= 32 && n > 2*c.unacked {
 		j := 0
@@ -440,14 +441,14 @@ func (m *Machine) recordSent(c *consumer, o outstanding) {
 }
 
 // stillSent reports whether o is still an unacked delivery of c.
-func (m *Machine) stillSent(c *consumer, o outstanding) bool {
+func (m *machine) stillSent(c *consumer, o outstanding) bool {
 	u, ok := m.unacked[o.id]
 	return ok && u.owner == c && u.count == o.count
 }
 
 // oldestSent returns the delivery time of c's oldest unacked message delivered with a time,
 // dropping the stale records in front of it.
-func (m *Machine) oldestSent(c *consumer) (int64, bool) {
+func (m *machine) oldestSent(c *consumer) (int64, bool) {
 	for c.sent.Len() > 0 {
 		if o := c.sent.At(0); m.stillSent(c, o) {
 			return o.at, true
@@ -457,12 +458,11 @@ func (m *Machine) oldestSent(c *consumer) (int64, bool) {
 	return 0, false
 }
 
-// TimedOut returns, in increasing id order, the attached consumers that have an unacked message
-// delivered (by CheckoutAt) timeout(c) ms or more before now; timeout(c) <= 0 means never. timeout
-// is called once per attached consumer, in no particular order, and must not call back into the
-// machine. The caller typically cancels them and returns their messages (ReturnConsumer).
-// Messages delivered by Checkout or Get carry no time and never time out; now must not go backwards.
-func (m *Machine) TimedOut(now int64, timeout func(ConsumerID) int64) []ConsumerID {
+// timedOut returns, in increasing id order, the attached consumers that have an unacked message
+// delivered (by a checkout with a time) timeout(c) ms or more before now; timeout(c) <= 0 means
+// never. timeout is called once per attached consumer, in no particular order, and must not call
+// back into the machine. basic.get deliveries carry no time and never time out.
+func (m *machine) timedOut(now int64, timeout func(ConsumerID) int64) []ConsumerID {
 	var out []ConsumerID
 	for id, c := range m.consumers {
 		if t := timeout(id); t > 0 {
@@ -475,9 +475,9 @@ func (m *Machine) TimedOut(now int64, timeout func(ConsumerID) int64) []Consumer
 	return out
 }
 
-// NextTimeout returns the earliest time at which TimedOut would report a consumer, for the caller's
+// nextTimeout returns the earliest time at which timedOut would report a consumer, for the caller's
 // timer (ok=false if none would ever be, as things stand).
-func (m *Machine) NextTimeout(timeout func(ConsumerID) int64) (deadline int64, ok bool) {
+func (m *machine) nextTimeout(timeout func(ConsumerID) int64) (deadline int64, ok bool) {
 	for id, c := range m.consumers {
 		if t := timeout(id); t > 0 {
 			if at, has := m.oldestSent(c); has && (!ok || at+t < deadline) {
@@ -488,14 +488,14 @@ func (m *Machine) NextTimeout(timeout func(ConsumerID) int64) (deadline int64, o
 	return deadline, ok
 }
 
-// ActiveConsumer returns the single active consumer (SingleActiveConsumer queues only; ok=false
+// activeConsumer returns the single active consumer (SingleActiveConsumer queues only; ok=false
 // otherwise or when no consumer is attached). The active consumer is the first attached, unless a
 // consumer with a higher Priority is attached: as in RabbitMQ 4.x quorum queues, the current one
 // then gets no new messages and the higher priority one takes over once the current one has no
-// unacked messages left (until then ActiveConsumer still names the current one). When the active
+// unacked messages left (until then activeConsumer still names the current one). When the active
 // consumer is removed, the consumer with the highest priority, earliest attached among equals,
 // becomes active at once.
-func (m *Machine) ActiveConsumer() (ConsumerID, bool) {
+func (m *machine) activeConsumer() (ConsumerID, bool) {
 	if m.sacActive == nil {
 		return 0, false
 	}
@@ -503,7 +503,7 @@ func (m *Machine) ActiveConsumer() (ConsumerID, bool) {
 }
 
 // sacUpdate applies the single active consumer rules after a change.
-func (m *Machine) sacUpdate() {
+func (m *machine) sacUpdate() {
 	if !m.cfg.SingleActiveConsumer {
 		return
 	}
@@ -537,41 +537,10 @@ func (m *Machine) sacUpdate() {
 	}
 }
 
-// EntryInfo describes a message held by the machine, for the caller's own records (e.g. what it
-// persists to recover the message with RestoreAt).
-type EntryInfo struct {
-	Flags         uint8
-	Priority      uint8  // its priority level, clamped to MaxPriority
-	ExpiresAt     int64  // its deadline, Unix ms; 0 = none
-	DeliveryCount uint32 // deliveries before the current one
-	Size          uint32
-}
-
-// UnackedInfo describes an unacked message (ok=false if id is not unacked). O(1).
-func (m *Machine) UnackedInfo(id uint64) (EntryInfo, bool) {
-	u, ok := m.unacked[id]
-	if !ok {
-		return EntryInfo{}, false
-	}
-	return EntryInfo{Flags: u.flags, Priority: u.prio, ExpiresAt: u.deadline, DeliveryCount: u.count, Size: u.size}, true
-}
-
-// SetUnackedFlags replaces the caller's flags of an unacked message (they travel with it when it is
-// returned). It reports false if id is not unacked.
-func (m *Machine) SetUnackedFlags(id uint64, flags uint8) bool {
-	u, ok := m.unacked[id]
-	if !ok {
-		return false
-	}
-	u.flags = flags
-	m.unacked[id] = u
-	return true
-}
-
-// DeadlineFor returns the deadline (Unix ms, 0 = none) that Publish at time now gives a message
+// deadlineFor returns the deadline (Unix ms, 0 = none) that publish at time now gives a message
 // with the absolute expiry expiresAt (0 = none): the earlier of expiresAt and now + MessageTTL.
 // A deadline <= now means the message is due at once.
-func (m *Machine) DeadlineFor(expiresAt, now int64) int64 {
+func (m *machine) deadlineFor(expiresAt, now int64) int64 {
 	d, timed := m.deadline(expiresAt, now)
 	if !timed {
 		return 0

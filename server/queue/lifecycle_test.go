@@ -18,7 +18,7 @@ func cfgWith(f func(*Config)) Config {
 
 // publish publishes a message with a body of size bytes, failing the test if the id is not the
 // next one or if the message is not accepted.
-func publish(t *testing.T, m *Machine, size int, prio uint8, expiresAt, now int64) uint64 {
+func publish(t *testing.T, m *driver, size int, prio uint8, expiresAt, now int64) uint64 {
 	t.Helper()
 	want := m.nextID
 	id, ok, dead := m.Publish(&Message{Body: make([]byte, size), Priority: prio, ExpiresAt: expiresAt}, uint32(size), 0, now)
@@ -45,7 +45,7 @@ func deadReasons(ds []Dead) []Reason {
 }
 
 // drain gets every ready message (no-ack) at now and returns the ids.
-func drain(m *Machine, now int64) []uint64 {
+func drain(m *driver, now int64) []uint64 {
 	var out []uint64
 	for {
 		d, ok, _ := m.GetAt(true, now)
@@ -57,14 +57,14 @@ func drain(m *Machine, now int64) []uint64 {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	if got := NewMachine().Config(); got != DefaultConfig() {
-		t.Fatalf("NewMachine().Config() = %+v", got)
+	if got := newDriver(DefaultConfig()).Config(); got != DefaultConfig() {
+		t.Fatalf("newDriver(DefaultConfig()).Config() = %+v", got)
 	}
 	want := Config{MessageTTL: -1, MaxLength: -1, MaxLengthBytes: -1, DeliveryLimit: -1}
 	if DefaultConfig() != want {
 		t.Fatalf("DefaultConfig() = %+v", DefaultConfig())
 	}
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	for i := range 10 {
 		publish(t, m, 1000, uint8(i), 0, t0) // priority ignored: FIFO
 	}
@@ -95,7 +95,7 @@ func TestDeadline(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = tt.ttl }))
+			m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = tt.ttl }))
 			exp := int64(0)
 			if tt.expiresAt != 0 {
 				exp = t0 + tt.expiresAt
@@ -107,8 +107,8 @@ func TestDeadline(t *testing.T) {
 				id := publish(t, m, 1, 0, exp, t0)
 				m.AddConsumer(ConsumerSpec{ID: 1})
 				ds, _ := m.CheckoutAt(nil, 0, nil, t0)
-				if info, ok := m.UnackedInfo(id); !ok || info.ExpiresAt != tt.want || len(ds) != 1 {
-					t.Fatalf("UnackedInfo = %+v, %v", info, ok)
+				if dl, ok := m.unackedDeadline(id); !ok || dl != tt.want || len(ds) != 1 {
+					t.Fatalf("unacked deadline = %d, %v", dl, ok)
 				}
 			}
 		})
@@ -116,7 +116,7 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestExpireAnywhereInTheQueue(t *testing.T) {
-	m := NewMachineConfig(DefaultConfig())
+	m := newDriver(DefaultConfig())
 	long := publish(t, m, 1, 0, t0+10_000, t0)
 	short := publish(t, m, 2, 0, t0+100, t0)
 	none := publish(t, m, 3, 0, 0, t0)
@@ -131,7 +131,7 @@ func TestExpireAnywhereInTheQueue(t *testing.T) {
 	if !slices.Equal(deadIDs(got), []uint64{short2, short}) || !slices.Equal(deadReasons(got), []Reason{ReasonExpired, ReasonExpired}) {
 		t.Fatalf("Expire = %+v", got)
 	}
-	if got[0].Size != 4 || got[1].Size != 2 || got[0].Msg == nil || len(got[0].Msg.Body) != 4 {
+	if got[0].size != 4 || got[1].size != 2 || got[0].Msg == nil || len(got[0].Msg.Body) != 4 {
 		t.Fatalf("dead messages lost their data: %+v", got)
 	}
 	if m.Ready() != 2 || m.ReadyBytes() != 4 {
@@ -149,7 +149,7 @@ func TestExpireAnywhereInTheQueue(t *testing.T) {
 }
 
 func TestCheckoutAndGetNeverHandOutExpired(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 100 }))
+	m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 100 }))
 	a := publish(t, m, 1, 0, 0, t0)
 	b := publish(t, m, 1, 0, 0, t0+50)
 	c := publish(t, m, 1, 0, t0+120, t0+50)
@@ -198,7 +198,7 @@ func TestTTLZero(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 0 }))
+			m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 0 }))
 			var dead []Dead
 			if tt.consumer != nil {
 				m.AddConsumer(*tt.consumer)
@@ -247,7 +247,7 @@ func TestTTLZero(t *testing.T) {
 }
 
 func TestTombstonesAreSwept(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	head := publish(t, m, 1, 0, 0, t0) // a head that never expires keeps everything behind it
 	now := t0
 	for range 10_000 {
@@ -276,7 +276,7 @@ func TestTombstonesAreSwept(t *testing.T) {
 }
 
 func TestStaleExpiryItemsAreSwept(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 60_000 }))
+	m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 60_000 }))
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	var ds []Delivery
 	for i := range 10_000 {
@@ -318,7 +318,7 @@ func TestOverflow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(tt.cfg))
+			m := newDriver(cfgWith(tt.cfg))
 			for i, p := range tt.pubs {
 				msg := &Message{Body: make([]byte, p.size)}
 				want := m.nextID
@@ -330,7 +330,7 @@ func TestOverflow(t *testing.T) {
 					t.Fatalf("publish %d: dead %v, want %v", i, deadIDs(dead), p.dead)
 				}
 				for _, d := range dead {
-					if d.Reason != ReasonMaxLen || d.Flags != 3 || (d.ID == 0 && (d.Msg != msg || d.Size != uint32(p.size))) {
+					if d.Reason != ReasonMaxLen || d.flags != 3 || (d.ID == 0 && (d.Msg != msg || d.size != uint32(p.size))) {
 						t.Fatalf("publish %d: dead %+v", i, d)
 					}
 				}
@@ -343,7 +343,7 @@ func TestOverflow(t *testing.T) {
 }
 
 func TestLengthLimitCountsReadyOnly(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MaxLength = 1; c.Overflow = RejectPublish }))
+	m := newDriver(cfgWith(func(c *Config) { c.MaxLength = 1; c.Overflow = RejectPublish }))
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	publish(t, m, 1, 0, 0, t0)
 	m.CheckoutAt(nil, 0, nil, t0)
@@ -351,18 +351,18 @@ func TestLengthLimitCountsReadyOnly(t *testing.T) {
 	if _, ok, _ := m.Publish(&Message{}, 0, 0, t0); ok {
 		t.Fatal("third message accepted")
 	}
-	// A requeue may exceed the limit; drop-head queues trim it (Trim), reject-publish ones keep it.
-	if _, ok := m.ReturnAt(1); !ok || m.Ready() != 2 || len(m.Trim()) != 0 {
+	// A requeue may exceed the limit; drop-head queues trim it after the return, reject-publish
+	// ones keep it.
+	if dead, ok := m.ReturnAt(1); !ok || m.Ready() != 2 || len(dead) != 0 {
 		t.Fatalf("ready %d", m.Ready())
 	}
-	d := NewMachineConfig(cfgWith(func(c *Config) { c.MaxLength = 1 }))
+	d := newDriver(cfgWith(func(c *Config) { c.MaxLength = 1 }))
 	d.AddConsumer(ConsumerSpec{ID: 1})
 	publish(t, d, 1, 0, 0, t0)
 	d.CheckoutAt(nil, 0, nil, t0)
 	publish(t, d, 1, 0, 0, t0)
-	d.ReturnAt(1)
-	if dead := d.Trim(); !slices.Equal(deadIDs(dead), []uint64{1}) || dead[0].DeliveryCount != 1 || d.Ready() != 1 {
-		t.Fatalf("Trim = %+v, ready %d", dead, d.Ready())
+	if dead, _ := d.ReturnAt(1); !slices.Equal(deadIDs(dead), []uint64{1}) || dead[0].DeliveryCount != 1 || d.Ready() != 1 {
+		t.Fatalf("trimmed on return: %+v, ready %d", dead, d.Ready())
 	}
 }
 
@@ -380,7 +380,7 @@ func TestPriorities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(func(c *Config) { c.MaxPriority = tt.max }))
+			m := newDriver(cfgWith(func(c *Config) { c.MaxPriority = tt.max }))
 			for _, p := range tt.prios {
 				publish(t, m, 1, p, 0, t0)
 			}
@@ -392,7 +392,7 @@ func TestPriorities(t *testing.T) {
 }
 
 func TestPriorityRequeuePosition(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MaxPriority = 3 }))
+	m := newDriver(cfgWith(func(c *Config) { c.MaxPriority = 3 }))
 	for _, p := range []uint8{1, 1, 3, 1, 3} { // ids 1..5
 		publish(t, m, 1, p, 0, t0)
 	}
@@ -415,25 +415,25 @@ func TestPriorityRequeuePosition(t *testing.T) {
 		t.Fatalf("second %v", ids(second))
 	}
 	// A priority queue restored from storage keeps each message's priority.
-	r := NewMachineConfig(cfgWith(func(c *Config) { c.MaxPriority = 3 }))
-	r.RestoreAt(10, nil, 1, 0, 0, 0, 1)
-	r.RestoreAt(11, nil, 1, 0, 0, 0, 9)
-	r.Restore(12, &Message{Priority: 2}, 1, 0, 0)
+	r := newDriver(cfgWith(func(c *Config) { c.MaxPriority = 3 }))
+	r.RestoreAt(10, 0, 0, 0, 1)
+	r.RestoreAt(11, 0, 0, 0, 9)
+	r.RestoreAt(12, 0, 0, 0, 2)
 	if got := drain(r, t0); !slices.Equal(got, []uint64{11, 12, 10}) {
 		t.Fatalf("restored order %v", got)
 	}
 }
 
 func TestRestoreAtKeepsDeadline(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 10 }))
-	m.RestoreAt(5, nil, 1, 1, 2, t0+100, 0)
-	m.RestoreAt(6, nil, 1, 1, 0, 0, 0) // no deadline: the queue TTL is not applied again
-	m.RestoreAt(7, nil, 1, 1, 0, t0-1, 0)
+	m := newDriver(cfgWith(func(c *Config) { c.MessageTTL = 10 }))
+	m.RestoreAt(5, 1, 2, t0+100, 0)
+	m.RestoreAt(6, 1, 0, 0, 0) // no deadline: the queue TTL is not applied again
+	m.RestoreAt(7, 1, 0, t0-1, 0)
 	if dead := m.Expire(t0); !slices.Equal(deadIDs(dead), []uint64{7}) {
 		t.Fatalf("Expire(t0) = %v", deadIDs(dead))
 	}
 	dead := m.Expire(t0 + 100)
-	if !slices.Equal(deadIDs(dead), []uint64{5}) || dead[0].DeliveryCount != 2 || dead[0].Flags != 1 {
+	if !slices.Equal(deadIDs(dead), []uint64{5}) || dead[0].DeliveryCount != 2 || dead[0].flags != 1 {
 		t.Fatalf("Expire(t0+100) = %+v", dead)
 	}
 	d, ok, _ := m.GetAt(false, t0+1_000_000)
@@ -448,7 +448,7 @@ func TestDeliveryLimit(t *testing.T) {
 	// a message is delivered N+1 times.
 	for _, limit := range []int64{-1, 0, 1, 2, 5} {
 		t.Run(fmt.Sprint("limit", limit), func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(func(c *Config) { c.DeliveryLimit = limit }))
+			m := newDriver(cfgWith(func(c *Config) { c.DeliveryLimit = limit }))
 			m.AddConsumer(ConsumerSpec{ID: 1})
 			id := publish(t, m, 3, 0, 0, t0)
 			deliveries := 0
@@ -466,8 +466,8 @@ func TestDeliveryLimit(t *testing.T) {
 					t.Fatal("ReturnAt failed")
 				}
 				if dead != nil {
-					if *dead != (Dead{ID: id, Msg: ds[0].Msg, Reason: ReasonDeliveryLimit, DeliveryCount: uint32(limit) + 1, Size: 3}) {
-						t.Fatalf("dead %+v", *dead)
+					if len(dead) != 1 || dead[0] != (Dead{ID: id, Msg: ds[0].Msg, Reason: ReasonDeliveryLimit, DeliveryCount: uint32(limit) + 1, size: 3}) {
+						t.Fatalf("dead %+v", dead)
 					}
 					if m.Len() != 0 {
 						t.Fatalf("dead message still in the queue: len %d", m.Len())
@@ -485,23 +485,24 @@ func TestDeliveryLimit(t *testing.T) {
 	}
 }
 
-func TestDiscardDeadAndOldReturnIgnoresLimit(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.DeliveryLimit = 0; c.MessageTTL = 100 }))
+func TestDiscardDeadAndReturnOverLimit(t *testing.T) {
+	m := newDriver(cfgWith(func(c *Config) { c.DeliveryLimit = 0; c.MessageTTL = 100 }))
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	a := publish(t, m, 2, 0, 0, t0)
 	b := publish(t, m, 2, 0, 0, t0)
+	c := publish(t, m, 2, 0, 0, t0)
 	m.CheckoutAt(nil, 0, nil, t0)
-	if !m.Return(a) { // Return does not apply the limit
-		t.Fatal("Return failed")
+	if dead, ok := m.ReturnAt(a); !ok || len(dead) != 1 || dead[0].ID != a || dead[0].Reason != ReasonDeliveryLimit {
+		t.Fatalf("ReturnAt over the limit = %+v, %v", dead, ok)
 	}
 	d, ok := m.DiscardDead(b)
-	if !ok || d.ID != b || d.Reason != ReasonRejected || d.Size != 2 {
+	if !ok || d.ID != b || d.Reason != ReasonRejected || d.size != 2 {
 		t.Fatalf("DiscardDead = %+v, %v", d, ok)
 	}
 	if _, ok := m.DiscardDead(b); ok {
 		t.Fatal("second DiscardDead succeeded")
 	}
-	if len(m.timed) != 1 {
+	if len(m.timed) != 1 || m.timed[c].e.id != c {
 		t.Fatalf("timed records %d", len(m.timed))
 	}
 }
@@ -582,7 +583,7 @@ func TestSingleActiveConsumer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachineConfig(cfgWith(func(c *Config) { c.SingleActiveConsumer = true }))
+			m := newDriver(cfgWith(func(c *Config) { c.SingleActiveConsumer = true }))
 			for range 6 {
 				publish(t, m, 1, 0, 0, t0)
 			}
@@ -610,13 +611,13 @@ func TestSingleActiveConsumer(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := NewMachine().ActiveConsumer(); ok {
+	if _, ok := newDriver(DefaultConfig()).ActiveConsumer(); ok {
 		t.Fatal("ActiveConsumer on a normal queue")
 	}
 }
 
 func TestConsumerTimeout(t *testing.T) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.DeliveryLimit = 1 }))
+	m := newDriver(cfgWith(func(c *Config) { c.DeliveryLimit = 1 }))
 	timeouts := map[ConsumerID]int64{1: 100, 2: 50, 3: 0}
 	timeout := func(c ConsumerID) int64 { return timeouts[c] }
 	for id := range ConsumerID(3) {
@@ -663,12 +664,13 @@ func TestConsumerTimeout(t *testing.T) {
 	if d, ok := m.NextTimeout(timeout); !ok || d != t0+2050 {
 		t.Fatalf("NextTimeout after redelivery = %d, %v", d-t0, ok)
 	}
-	if ok := m.Return(1); !ok {
-		t.Fatal("Return failed")
+	// Returned a second time, message 1 is over the limit of 1: dead-lettered, not requeued.
+	if dead, ok := m.ReturnAt(1); !ok || !slices.Equal(deadIDs(dead), []uint64{1}) || dead[0].DeliveryCount != 2 {
+		t.Fatalf("second return of 1 = %+v, %v", dead, ok)
 	}
-	ds, _ = m.CheckoutAt(nil, 0, nil, t0+2010) // 1 again, count 2
+	ds, _ = m.CheckoutAt(nil, 0, nil, t0+2010) // 7
 	requeued, dead = m.ReturnConsumer(2)
-	if len(requeued) != 0 || !slices.Equal(deadIDs(dead), []uint64{1, 4}) || dead[0].DeliveryCount != 3 || dead[1].DeliveryCount != 2 {
+	if !slices.Equal(requeued, []uint64{7}) || !slices.Equal(deadIDs(dead), []uint64{4}) || dead[0].DeliveryCount != 2 {
 		t.Fatalf("ReturnConsumer(2) = %v, %+v (deliveries %v)", requeued, dead, gots(ds))
 	}
 	// Messages delivered without a time never time out.
@@ -679,7 +681,7 @@ func TestConsumerTimeout(t *testing.T) {
 	if got := m.TimedOut(t0+1_000_000, func(ConsumerID) int64 { return 1 }); !slices.Equal(got, []ConsumerID{3}) {
 		t.Fatalf("TimedOut = %v", got)
 	}
-	n := NewMachine()
+	n := newDriver(DefaultConfig())
 	n.AddConsumer(ConsumerSpec{ID: 1})
 	n.Enqueue(&Message{})
 	n.Checkout(nil, 0, nil)
@@ -709,7 +711,7 @@ func (md *model) publish(msg *Message, size uint32) (uint64, bool, []Dead) {
 	if md.cfg.Overflow != DropHead && md.full(size) {
 		var dead []Dead
 		if md.cfg.Overflow == RejectPublishDLX {
-			dead = []Dead{{Msg: msg, Reason: ReasonMaxLen, Size: size}}
+			dead = []Dead{{Msg: msg, Reason: ReasonMaxLen, size: size}}
 		}
 		return 0, false, dead
 	}
@@ -726,7 +728,7 @@ func (md *model) publish(msg *Message, size uint32) (uint64, bool, []Dead) {
 			canTake = canTake || md.receives(c)
 		}
 		if d <= md.now && !canTake {
-			return id, true, []Dead{{ID: id, Msg: msg, Reason: ReasonExpired, Size: size}}
+			return id, true, []Dead{{ID: id, Msg: msg, Reason: ReasonExpired, size: size}}
 		}
 		mm.deadline, mm.atOnce = d, d <= md.now
 	}
@@ -768,7 +770,7 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 		DeliveryLimit:        pick[int64](rng, -1, 0, 2),
 		SingleActiveConsumer: rng.IntN(3) == 0,
 	}
-	m := NewMachineConfig(cfg)
+	m := newDriver(cfg)
 	md := newModel(cfg)
 	md.now = t0
 	randID := func() uint64 { return uint64(rng.IntN(int(md.nextID) + 2)) }
@@ -814,14 +816,21 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 			}
 		case op < 83:
 			id := randID()
-			d, ok := m.ReturnAt(id)
+			// A return dead-letters the message over the delivery limit, then trims the head
+			// of a drop-head queue over its length limit.
+			dead, ok := m.ReturnAt(id)
 			wd, wok := md.returnAt(id)
-			if ok != wok || (d == nil) != (wd == nil) || (d != nil && *d != *wd) {
-				t.Fatalf("step %d: ReturnAt(%d) = %+v %v, want %+v %v", step, id, d, ok, wd, wok)
+			if ok != wok {
+				t.Fatalf("step %d: ReturnAt(%d) = %v, want %v", step, id, ok, wok)
 			}
-			if rng.IntN(2) == 0 {
-				checkDead(t, fmt.Sprint("step ", step, " Trim"), m.Trim(), md.trim())
+			var want []Dead
+			if wd != nil {
+				want = append(want, *wd)
 			}
+			if wok {
+				want = append(want, md.trim()...)
+			}
+			checkDead(t, fmt.Sprint("step ", step, " ReturnAt"), dead, want)
 		case op < 87:
 			id := randID()
 			d, ok := m.DiscardDead(id)
@@ -878,6 +887,7 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 					wreq = append(wreq, id)
 				}
 			}
+			wdead = append(wdead, md.trim()...)
 			req, dead := m.ReturnConsumer(cid)
 			if !slices.Equal(req, wreq) {
 				t.Fatalf("step %d: ReturnConsumer(%d) requeued %v, want %v", step, cid, req, wreq)
@@ -897,37 +907,38 @@ func runLifecycleModel(t *testing.T, seed uint64, steps int) {
 // BenchmarkPublishCheckoutAtTTL measures the lifecycle path: publish with a queue TTL, checkout at
 // a time (recording it for consumer timeouts), ack.
 func BenchmarkPublishCheckoutAtTTL(b *testing.B) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 60_000; c.MaxLength = 1000 }))
-	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 100})
+	s := newBenchState(cfgWith(func(c *Config) { c.MessageTTL = 60_000; c.MaxLength = 1000 }),
+		Command{Type: CmdConsume, Consumer: 1, Prefetch: 100})
 	msg := &Message{Body: make([]byte, 64)}
-	dst := make([]Delivery, 0, 1)
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		m.Publish(msg, 64, 0, now)
-		dst, _ = m.CheckoutAt(dst[:0], 0, nil, now)
-		m.Settle(dst[0].ID)
+		s.enqueue(msg, now)
+		d := s.checkout(0, now)[0]
+		s.settle(&s.ack, d.Tag())
 	}
 }
 
 // BenchmarkExpireBehindLongLived measures expiring short-TTL messages stuck behind a long-lived
 // head, which RabbitMQ only expires at the head.
 func BenchmarkExpireBehindLongLived(b *testing.B) {
-	m := NewMachineConfig(cfgWith(func(c *Config) { c.MessageTTL = 1000 }))
-	m.Publish(&Message{ExpiresAt: 1 << 62}, 0, 0, t0)
+	s := newBenchState(cfgWith(func(c *Config) { c.MessageTTL = 1000 }))
+	s.enqueue(&Message{ExpiresAt: 1 << 62}, t0)
 	msg := &Message{Body: make([]byte, 64)}
+	tick := Command{Type: CmdTick}
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		m.Publish(msg, 64, 0, now)
-		m.Expire(now)
+		s.enqueue(msg, now)
+		s.fx.Reset()
+		s.s.Apply(&tick, now, &s.fx)
 	}
 }
 
 func TestSweepReturnedTombstones(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	var keep []uint64
 	for i := range 100 {
@@ -958,7 +969,7 @@ func TestSweepReturnedTombstones(t *testing.T) {
 }
 
 func TestTimeoutRecordsCompacted(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	publish(t, m, 1, 0, 0, t0)
 	m.CheckoutAt(nil, 0, nil, t0) // held: its record stays at the front

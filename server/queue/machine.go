@@ -1,12 +1,8 @@
-// Package queue holds the queue types of the broker. Machine is the pure, deterministic state machine
-// shared by classic queues (driven directly) and quorum queues (driven as a Raft FSM): it has no
-// goroutines, locks, I/O, clock or randomness, and its results never depend on map iteration order.
-// Time, where a rule needs it, is passed in as now = Unix milliseconds.
 package queue
 
 import "slices"
 
-// Message is the immutable content of a queued message. The machine never mutates or copies it.
+// Message is the immutable content of a queued message. The queues never mutate or copy it.
 type Message struct {
 	Exchange, RoutingKey string
 	Props                []byte // raw AMQP basic properties (flags + fields)
@@ -17,6 +13,11 @@ type Message struct {
 	// the message is dead-lettered with its original keys (as RabbitMQ). Not stored on disk.
 	BCC       []string
 	ExpiresAt int64 // absolute expiry from the per-message expiration property, Unix ms; 0 = none
+	// Dedupe, if set, names the message for its target queues: a queue that has taken a message
+	// with this key drops the next one (and still reports it accepted). Dead letters carry their
+	// source queue's key (Dead.Key), so a dead letter handed over twice (at least once, across a
+	// leader change) reaches each target once. Not stored on disk.
+	Dedupe DedupeKey
 	// FilterValue is the x-stream-filter-value header, decoded once by the publishing session
 	// (streams index it; other queue types ignore it). Not stored by classic and quorum queues.
 	FilterValue string
@@ -27,27 +28,45 @@ type Message struct {
 	PublishingID uint64
 }
 
-// ConsumerID identifies a consumer within one queue. 0 is reserved for basic.get and must not be
-// used for a consumer.
+// DedupeKey names a message for deduplication at its targets: a source (a queue id, unique in the
+// cluster) and a sequence number that the source never reuses. The zero key means none.
+type DedupeKey struct {
+	Source, Seq uint64
+}
+
+// ConsumerID identifies a consumer within one queue (for replicated queues, within the cluster: see
+// ConsumerNode). 0 is reserved for basic.get and must not be used for a consumer.
 type ConsumerID uint64
 
 // Delivery is one message handed to a consumer (or to basic.get).
 type Delivery struct {
 	Consumer      ConsumerID // 0 for basic.get
-	ID            uint64     // message id within this queue (from Enqueue)
+	ID            uint64     // message id within this queue (1, 2, 3, ... in publish order)
 	Msg           *Message
 	Redelivered   bool   // true once the message has been returned at least once
 	DeliveryCount uint32 // deliveries before this one (0 on first delivery)
-	Flags         uint8  // the caller's flags from EnqueueEntry (e.g. where the message is stored)
 	Settled       bool   // removed at delivery (no-ack consumer or basic.get without ack)
+	flags         uint8  // the queue's storage flags (where its record lives)
 }
 
-// ConsumerSpec describes a consumer attached to the queue.
-type ConsumerSpec struct {
+// Tag names this delivery for Settle: the message and its delivery count at this delivery.
+func (d Delivery) Tag() Tag { return Tag{ID: d.ID, Count: d.DeliveryCount} }
+
+// anyCount is the Tag.Count of settlements decoded from version 1 commands, which named messages
+// only: it matches whatever delivery of the message is outstanding.
+const anyCount = ^uint32(0)
+
+// consumerSpec is the machine's view of a consumer's settings.
+type consumerSpec struct {
 	ID       ConsumerID
 	Prefetch uint32 // max unacked for this consumer; 0 = unlimited
 	Priority int32  // x-priority; higher first
 	NoAck    bool   // auto-ack: delivered messages are removed at once and never count as unacked
+	// Credited consumers receive at most Credit deliveries in total (their node raises the total
+	// with CmdCredit as its outbound buffer drains): the back-pressure of replicated queues, whose
+	// checkout cannot ask the consumer's connection.
+	Credited bool
+	Credit   uint64
 }
 
 // entry is a message in the queue together with its per-queue delivery state.
@@ -59,7 +78,7 @@ type entry struct {
 	flags       uint8    // caller-defined, opaque to the machine
 	prio        uint8    // priority level, already clamped to the queue's MaxPriority
 	redelivered bool
-	timed       bool // has a deadline: see Machine.timed
+	timed       bool // has a deadline: see machine.timed
 }
 
 // unackedEntry is a delivered message awaiting settlement. owner is nil for basic.get; it stays
@@ -81,14 +100,17 @@ type outstanding struct {
 
 // consumer is the machine's view of one consumer.
 type consumer struct {
-	spec    ConsumerSpec
+	spec    consumerSpec
 	group   *group
 	unacked int  // delivered, not yet settled/returned/discarded (never counts NoAck deliveries)
-	active  bool // in group.ring (or taken out of it by the running Checkout)
+	active  bool // in group.ring (or taken out of it by the running checkout)
 	// standby is set for every consumer but the serving one under single active consumer.
 	standby bool
 	seq     uint64 // attach order
-	// sent lists the deliveries made with a time (CheckoutAt), oldest first; records whose
+	// delivered counts every delivery made to the consumer (for credit: it may receive while
+	// delivered < spec.Credit).
+	delivered uint64
+	// sent lists the deliveries made with a time (checkoutAt), oldest first; records whose
 	// delivery is no longer unacked by this consumer are dropped lazily.
 	sent deque[outstanding]
 }
@@ -97,11 +119,12 @@ type consumer struct {
 func (c *consumer) eligible() bool { return !c.standby && c.hasCredit() }
 
 func (c *consumer) hasCredit() bool {
-	return c.spec.NoAck || c.spec.Prefetch == 0 || c.unacked < int(c.spec.Prefetch)
+	return (c.spec.NoAck || c.spec.Prefetch == 0 || c.unacked < int(c.spec.Prefetch)) &&
+		(!c.spec.Credited || c.delivered < c.spec.Credit)
 }
 
 // group holds the consumers of one priority. ring lists those with credit in round-robin order:
-// Checkout serves the front and moves it to the back.
+// checkout serves the front and moves it to the back.
 type group struct {
 	priority int32
 	members  int // consumers in the group, with or without credit
@@ -121,14 +144,17 @@ type level struct {
 
 func (l *level) len() int { return l.fifo.Len() + len(l.returned) }
 
-// Machine is the state of one queue: ready messages by priority and id, unacked messages by id, and
-// the consumers. It is not safe for concurrent use; the caller serialises every call.
+// machine holds the messages and consumers of one queue: ready messages by priority and id, unacked
+// messages by id, and the consumers. It is the core of State (see state.go), which is the only
+// caller: every change comes from State.Apply. It is not safe for concurrent use. It has no
+// goroutines, locks, I/O, clock or randomness, and its results never depend on map iteration
+// order; time, where a rule needs it, is passed in as now = Unix milliseconds.
 //
 // Messages with a deadline (TTL) are also tracked in timed, and the expiry heap orders them by
 // deadline with lazy deletion. A ready message that expires is removed from timed at once but stays
 // in its level as a tombstone (an entry marked timed with no record in timed), skipped when it
 // reaches the head and swept out when tombstones outnumber the live messages.
-type Machine struct {
+type machine struct {
 	cfg        Config
 	nextID     uint64
 	levels     []level // by message priority; one level unless MaxPriority > 0
@@ -145,7 +171,7 @@ type Machine struct {
 
 	consumers map[ConsumerID]*consumer // lookup only, never iterated where order matters
 	groups    []*group                 // by priority, highest first
-	skipped   []*consumer              // scratch for Checkout, kept to avoid allocating
+	skipped   []*consumer              // scratch for checkout, kept to avoid allocating
 	seq       uint64                   // attach counter
 
 	// Single active consumer: sacActive is the consumer that owns the queue; sacQuiescing is set
@@ -154,13 +180,9 @@ type Machine struct {
 	sacQuiescing bool
 }
 
-// NewMachine returns an empty queue with no consumers and no lifecycle limits
-// (NewMachineConfig(DefaultConfig())).
-func NewMachine() *Machine { return NewMachineConfig(DefaultConfig()) }
-
-// NewMachineConfig returns an empty queue with the given lifecycle configuration.
-func NewMachineConfig(cfg Config) *Machine {
-	return &Machine{
+// newMachine returns an empty queue with the given lifecycle configuration.
+func newMachine(cfg Config) *machine {
+	return &machine{
 		cfg:       cfg,
 		nextID:    1,
 		levels:    make([]level, int(cfg.MaxPriority)+1),
@@ -169,48 +191,14 @@ func NewMachineConfig(cfg Config) *Machine {
 	}
 }
 
-// Config returns the configuration the machine was created with.
-func (m *Machine) Config() Config { return m.cfg }
-
 // levelOf returns the level of a message priority.
-func (m *Machine) levelOf(priority uint8) uint8 { return min(priority, m.cfg.MaxPriority) }
+func (m *machine) levelOf(priority uint8) uint8 { return min(priority, m.cfg.MaxPriority) }
 
-// Enqueue appends a message at the tail and returns its id (1, 2, 3, ...: strictly increasing).
-// msg must not be nil.
-func (m *Machine) Enqueue(msg *Message) uint64 {
-	return m.EnqueueEntry(msg, uint32(len(msg.Body)), 0)
-}
-
-// EnqueueEntry is Enqueue with the body size given separately, so msg may be nil for a message whose
-// body lives only on disk, and with caller-defined flags that come back in its Delivery. In a
-// priority queue the message goes to the level of msg.Priority (0 if msg is nil). It applies no TTL
-// and no length limit: Publish does.
-func (m *Machine) EnqueueEntry(msg *Message, size uint32, flags uint8) uint64 {
-	id := m.nextID
-	m.nextID++
-	var prio uint8
-	if msg != nil && m.cfg.MaxPriority > 0 {
-		prio = m.levelOf(msg.Priority)
-	}
-	m.pushReady(entry{id: id, msg: msg, size: size, flags: flags, prio: prio})
-	return id
-}
-
-// Restore appends a recovered message with a known id (larger than every id so far), for rebuilding
-// a queue from storage. It counts as redelivered: it may have been delivered before the restart.
-// It is RestoreAt with no deadline and the priority of msg (0 if nil).
-func (m *Machine) Restore(id uint64, msg *Message, size uint32, flags uint8, count uint32) {
-	var prio uint8
-	if msg != nil {
-		prio = msg.Priority
-	}
-	m.RestoreAt(id, msg, size, flags, count, 0, prio)
-}
-
-// RestoreAt is Restore keeping the message's absolute deadline (Unix ms, 0 = none: the queue TTL is
-// not applied again) and priority. A deadline already past expires at the next Expire, CheckoutAt
-// or GetAt. Ids not above every id so far are ignored.
-func (m *Machine) RestoreAt(id uint64, msg *Message, size uint32, flags uint8, count uint32, expiresAt int64, priority uint8) {
+// restoreAt appends a message recovered from storage with a known id (larger than every id so far)
+// and its absolute deadline (Unix ms, 0 = none: the queue TTL is not applied again) and priority.
+// It counts as redelivered: it may have been delivered before the restart. A deadline already past
+// expires at the next expiry. Ids not above every id so far are ignored.
+func (m *machine) restoreAt(id uint64, msg *Message, size uint32, flags uint8, count uint32, expiresAt int64, priority uint8) {
 	if id < m.nextID {
 		return
 	}
@@ -224,20 +212,26 @@ func (m *Machine) RestoreAt(id uint64, msg *Message, size uint32, flags uint8, c
 }
 
 // pushReady appends a new (never delivered) message to its level.
-func (m *Machine) pushReady(e entry) {
+func (m *machine) pushReady(e entry) {
 	m.levels[e.prio].fifo.PushBack(e)
 	m.top = max(m.top, int(e.prio))
 	m.ready++
 	m.readyBytes += int(e.size)
 }
 
-// AddConsumer attaches a consumer; it takes part in the next Checkout. If a consumer with the same
-// ID exists its spec is replaced (keeping its unacked messages) and it moves to the back of its
-// priority group's rotation. With SingleActiveConsumer only the active consumer receives messages
-// (see ActiveConsumer).
-func (m *Machine) AddConsumer(c ConsumerSpec) {
+// addConsumer attaches a consumer; it takes part in the next checkout. If a consumer with the same
+// ID exists its spec is replaced (keeping its unacked messages, its delivery count, and the larger
+// of the two credits) and it moves to the back of its priority group's rotation. With
+// SingleActiveConsumer only the active consumer receives messages (see activeConsumer).
+func (m *machine) addConsumer(c consumerSpec) {
+	if !c.Credited {
+		c.Credit = 0
+	}
 	if old, ok := m.consumers[c.ID]; ok {
 		m.detach(old)
+		if c.Credited {
+			c.Credit = max(c.Credit, old.spec.Credit)
+		}
 		old.spec = c
 		m.attach(old)
 		m.sacUpdate()
@@ -250,10 +244,10 @@ func (m *Machine) AddConsumer(c ConsumerSpec) {
 	m.sacUpdate()
 }
 
-// RemoveConsumer stops deliveries to the consumer. Its unacked messages STAY unacked (RabbitMQ:
-// basic.cancel does not requeue); they are settled, returned or discarded later by id.
+// removeConsumer stops deliveries to the consumer. Its unacked messages STAY unacked (RabbitMQ:
+// basic.cancel does not requeue); they are settled, returned or discarded later by tag.
 // It returns false if the consumer is unknown.
-func (m *Machine) RemoveConsumer(id ConsumerID) bool {
+func (m *machine) removeConsumer(id ConsumerID) bool {
 	c, ok := m.consumers[id]
 	if !ok {
 		return false
@@ -267,14 +261,32 @@ func (m *Machine) RemoveConsumer(id ConsumerID) bool {
 	return true
 }
 
-// HasConsumer reports whether a consumer with this ID is attached.
-func (m *Machine) HasConsumer(id ConsumerID) bool {
+// hasConsumer reports whether a consumer with this ID is attached.
+func (m *machine) hasConsumer(id ConsumerID) bool {
 	_, ok := m.consumers[id]
 	return ok
 }
 
+// credit raises a credited consumer's total credit to total (never lowers it: a retried grant is
+// a no-op) and puts it back in its ring if that gave it room. It returns false if the consumer is
+// unknown or not credited.
+func (m *machine) credit(id ConsumerID, total uint64) bool {
+	c, ok := m.consumers[id]
+	if !ok || !c.spec.Credited {
+		return false
+	}
+	if total > c.spec.Credit {
+		c.spec.Credit = total
+		if c.group != nil && !c.active && c.eligible() {
+			c.active = true
+			c.group.ring.PushBack(c)
+		}
+	}
+	return true
+}
+
 // attach puts c in the group of its priority, creating the group if needed.
-func (m *Machine) attach(c *consumer) {
+func (m *machine) attach(c *consumer) {
 	i := 0
 	for i < len(m.groups) && m.groups[i].priority > c.spec.Priority {
 		i++
@@ -292,7 +304,7 @@ func (m *Machine) attach(c *consumer) {
 }
 
 // detach takes c out of its group, dropping the group once empty. O(consumers).
-func (m *Machine) detach(c *consumer) {
+func (m *machine) detach(c *consumer) {
 	g := c.group
 	m.unring(c)
 	c.group = nil
@@ -306,7 +318,7 @@ func (m *Machine) detach(c *consumer) {
 }
 
 // unring takes c out of its group's ring if it is in it. O(consumers in the group).
-func (m *Machine) unring(c *consumer) {
+func (m *machine) unring(c *consumer) {
 	if !c.active {
 		return
 	}
@@ -320,23 +332,17 @@ func (m *Machine) unring(c *consumer) {
 	c.active = false
 }
 
-// Checkout assigns ready messages to consumers and appends the deliveries to dst, at most max
-// (max <= 0: no limit). Among consumers with credit (unacked < prefetch, prefetch 0, or NoAck) the
-// highest priority group wins; within a group consumers take turns message by message, and the turn
-// is remembered between calls. Before assigning each message to consumer X it calls reserve(X):
-// false means X cannot take anything now and X is skipped for the rest of this call (it keeps its
-// turn for the next call); true commits the assignment. reserve may be nil (always true) and must not
-// call back into the machine. NoAck deliveries remove the message for good; the others become
-// unacked. Checkout stops when no ready message remains or no consumer can take one.
-// Checkout takes no time: it expires nothing and records no delivery time (see CheckoutAt).
-func (m *Machine) Checkout(dst []Delivery, max int, reserve func(ConsumerID) bool) []Delivery {
-	dst, _ = m.checkout(dst, max, reserve, 0)
-	return dst
-}
-
-// checkout is Checkout recording now (0: none) as the delivery time. It also reports whether it
-// stopped because it reached max.
-func (m *Machine) checkout(dst []Delivery, max int, reserve func(ConsumerID) bool, now int64) ([]Delivery, bool) {
+// checkout assigns ready messages to consumers and appends the deliveries to dst, at most max
+// (max <= 0: no limit). Among consumers with credit (unacked < prefetch, prefetch 0, or NoAck, and
+// for credited consumers deliveries below their credit) the highest priority group wins; within a
+// group consumers take turns message by message, and the turn is remembered between calls. Before
+// assigning each message to consumer X it calls reserve(X): false means X cannot take anything now
+// and X is skipped for the rest of this call (it keeps its turn for the next call); true commits
+// the assignment. reserve may be nil (always true) and must not call back into the machine. NoAck
+// deliveries remove the message for good; the others become unacked. It records now (0: none) as
+// the delivery time of each unacked delivery, for consumer timeouts. It stops when no ready message
+// remains or no consumer can take one, and reports whether it stopped because it reached max.
+func (m *machine) checkout(dst []Delivery, max int, reserve func(ConsumerID) bool, now int64) ([]Delivery, bool) {
 	skipped := m.skipped
 	n := 0
 	for (max <= 0 || n < max) && m.ready > 0 {
@@ -349,6 +355,7 @@ func (m *Machine) checkout(dst []Delivery, max int, reserve func(ConsumerID) boo
 			continue
 		}
 		e := m.popReady()
+		c.delivered++
 		dst = append(dst, m.deliver(e, c))
 		if now != 0 || e.timed {
 			m.delivered(e, c, now)
@@ -371,7 +378,7 @@ func (m *Machine) checkout(dst []Delivery, max int, reserve func(ConsumerID) boo
 
 // nextConsumer takes the consumer whose turn it is out of the highest priority group that has
 // credit, or returns nil if no consumer has credit.
-func (m *Machine) nextConsumer() *consumer {
+func (m *machine) nextConsumer() *consumer {
 	for _, g := range m.groups {
 		if g.ring.Len() > 0 {
 			return g.ring.PopFront()
@@ -381,7 +388,7 @@ func (m *Machine) nextConsumer() *consumer {
 }
 
 // canTakeNow reports whether some consumer could be given a message right now.
-func (m *Machine) canTakeNow() bool {
+func (m *machine) canTakeNow() bool {
 	for _, g := range m.groups {
 		if g.ring.Len() > 0 {
 			return true
@@ -390,17 +397,14 @@ func (m *Machine) canTakeNow() bool {
 	return false
 }
 
-// Get implements basic.get: it takes the next ready message (Consumer 0). With noAck it is removed
+// get implements basic.get: it takes the next ready message (Consumer 0). With noAck it is removed
 // at once, otherwise it becomes unacked. It returns false if no message is ready.
-// Like Checkout it takes no time (see GetAt).
-func (m *Machine) Get(noAck bool) (Delivery, bool) { return m.get(noAck) }
-
-func (m *Machine) get(noAck bool) (Delivery, bool) {
+func (m *machine) get(noAck bool) (Delivery, bool) {
 	if m.ready == 0 {
 		return Delivery{}, false
 	}
 	e := m.popReady()
-	d := Delivery{ID: e.id, Msg: e.msg, Redelivered: e.redelivered, DeliveryCount: e.count, Flags: e.flags, Settled: noAck}
+	d := Delivery{ID: e.id, Msg: e.msg, Redelivered: e.redelivered, DeliveryCount: e.count, flags: e.flags, Settled: noAck}
 	if !noAck {
 		m.unacked[e.id] = unackedEntry{entry: e}
 	}
@@ -412,7 +416,7 @@ func (m *Machine) get(noAck bool) (Delivery, bool) {
 
 // popReady removes and returns the next ready message: highest priority level first, smallest id
 // within it. Tombstones met on the way are dropped. m.ready must be > 0.
-func (m *Machine) popReady() entry {
+func (m *machine) popReady() entry {
 	for {
 		l := &m.levels[m.top]
 		var e entry
@@ -439,18 +443,18 @@ func (m *Machine) popReady() entry {
 
 // deliver hands e to c, recording it as unacked unless c is NoAck.
 // The caller then calls delivered if the delivery has a time or the message a deadline.
-func (m *Machine) deliver(e entry, c *consumer) Delivery {
+func (m *machine) deliver(e entry, c *consumer) Delivery {
 	if !c.spec.NoAck {
 		m.unacked[e.id] = unackedEntry{entry: e, owner: c}
 		c.unacked++
 	}
 	return Delivery{Consumer: c.spec.ID, ID: e.id, Msg: e.msg, Redelivered: e.redelivered, DeliveryCount: e.count,
-		Flags: e.flags, Settled: c.spec.NoAck}
+		flags: e.flags, Settled: c.spec.NoAck}
 }
 
 // delivered does the lifecycle bookkeeping of a delivery made by deliver, kept apart so that
-// deliver stays inlined in the Checkout loop.
-func (m *Machine) delivered(e entry, c *consumer, now int64) {
+// deliver stays inlined in the checkout loop.
+func (m *machine) delivered(e entry, c *consumer, now int64) {
 	if now != 0 && !c.spec.NoAck {
 		m.recordSent(c, outstanding{at: now, id: e.id, count: e.count})
 	}
@@ -459,56 +463,57 @@ func (m *Machine) delivered(e entry, c *consumer, now int64) {
 	}
 }
 
-// take removes id from the unacked set and gives its consumer the credit back. final means the
-// message leaves the queue (it is not requeued).
-func (m *Machine) take(id uint64, final bool) (entry, bool) {
+// take removes the delivery tag names from the unacked set and gives its consumer the credit back.
+// A tag whose count is not the message's current delivery count names an earlier delivery, already
+// settled or returned: take ignores it, so a settlement applied twice cannot touch a later delivery.
+// final means the message leaves the queue (it is not requeued).
+func (m *machine) take(tag Tag, final bool) (entry, bool) {
+	id := tag.ID
 	u, ok := m.unacked[id]
-	if !ok {
+	if !ok || (tag.Count != u.count && tag.Count != anyCount) {
 		return entry{}, false
 	}
 	delete(m.unacked, id)
-	if c := u.owner; c != nil {
-		c.unacked--
-		if c.group != nil && !c.active && c.eligible() {
-			c.active = true
-			c.group.ring.PushBack(c)
-		}
-		if c == m.sacActive && m.sacQuiescing && c.unacked == 0 {
-			m.sacUpdate()
-		}
-	}
+	m.released(u.owner)
 	if final && u.timed {
 		m.untrack(id)
 	}
 	return u.entry, true
 }
 
-// Settle (ack) forgets an unacked message. It returns false if id is not unacked.
-func (m *Machine) Settle(id uint64) bool {
-	_, ok := m.take(id, true)
-	return ok
-}
-
-// SettleEntry is Settle returning the message's flags.
-func (m *Machine) SettleEntry(id uint64) (flags uint8, ok bool) {
-	e, ok := m.take(id, true)
-	return e.flags, ok
-}
-
-// Return (requeue) puts an unacked message back at its original position: it is delivered before
-// any ready message of its priority with a larger id. It is marked redelivered and its
-// DeliveryCount incremented. It returns false if id is not unacked. Return ignores the delivery
-// limit and the length limits (see ReturnAt and Trim).
-func (m *Machine) Return(id uint64) bool {
-	e, ok := m.take(id, false)
-	if ok {
-		m.requeue(e)
+// released gives a consumer back the credit of a delivery that was settled or returned.
+func (m *machine) released(c *consumer) {
+	if c == nil {
+		return
 	}
-	return ok
+	c.unacked--
+	if c.group != nil && !c.active && c.eligible() {
+		c.active = true
+		c.group.ring.PushBack(c)
+	}
+	if c == m.sacActive && m.sacQuiescing && c.unacked == 0 {
+		m.sacUpdate()
+	}
 }
 
-// requeue puts a message taken from the unacked set back among the ready ones.
-func (m *Machine) requeue(e entry) {
+// settle (ack) forgets an unacked delivery and returns the message's flags. It returns false if
+// tag is not an unacked delivery. It is take without copying the entry out: the ack path.
+func (m *machine) settle(tag Tag) (flags uint8, ok bool) {
+	u, ok := m.unacked[tag.ID]
+	if !ok || (tag.Count != u.count && tag.Count != anyCount) {
+		return 0, false
+	}
+	delete(m.unacked, tag.ID)
+	m.released(u.owner)
+	if u.timed {
+		m.untrack(tag.ID)
+	}
+	return u.flags, true
+}
+
+// requeue puts a message taken from the unacked set back among the ready ones and returns it as
+// it is now.
+func (m *machine) requeue(e entry) entry {
 	e.count++
 	e.redelivered = true
 	m.levels[e.prio].returned.push(e)
@@ -518,26 +523,12 @@ func (m *Machine) requeue(e entry) {
 	if e.timed {
 		m.track(e, 0, true)
 	}
+	return e
 }
 
-// Discard (reject or nack without requeue) removes an unacked message and returns it.
-// It returns false if id is not unacked.
-func (m *Machine) Discard(id uint64) (*Message, bool) {
-	e, ok := m.take(id, true)
-	return e.msg, ok
-}
-
-// DiscardEntry is Discard returning the message's flags as well.
-func (m *Machine) DiscardEntry(id uint64) (*Message, uint8, bool) {
-	e, ok := m.take(id, true)
-	return e.msg, e.flags, ok
-}
-
-// Purge removes all ready messages (unacked ones stay) and returns how many it removed.
-func (m *Machine) Purge() int { return m.PurgeEntries(nil) }
-
-// PurgeEntries is Purge calling fn (if not nil) for every removed message with its flags.
-func (m *Machine) PurgeEntries(fn func(id uint64, flags uint8)) int {
+// purge removes all ready messages (unacked ones stay), calling fn (if not nil) for every removed
+// message with its flags, and returns how many it removed.
+func (m *machine) purge(fn func(id uint64, flags uint8)) int {
 	visit := func(e entry) {
 		if e.timed {
 			if _, live := m.timed[e.id]; !live {
@@ -569,26 +560,10 @@ func (m *Machine) PurgeEntries(fn func(id uint64, flags uint8)) int {
 	return n
 }
 
-// Ready returns the number of messages waiting for delivery.
-func (m *Machine) Ready() int { return m.ready }
-
-// Unacked returns the number of delivered messages not yet settled, returned or discarded,
-// including those of removed consumers and of basic.get.
-func (m *Machine) Unacked() int { return len(m.unacked) }
-
-// ReadyBytes returns the sum of the body sizes of the ready messages.
-func (m *Machine) ReadyBytes() int { return m.readyBytes }
-
-// Consumers returns the number of attached consumers.
-func (m *Machine) Consumers() int { return len(m.consumers) }
-
-// ConsumerUnacked returns the number of unacked messages of an attached consumer (0 if unknown).
-func (m *Machine) ConsumerUnacked(id ConsumerID) int {
+// consumerUnacked returns the number of unacked messages of an attached consumer (0 if unknown).
+func (m *machine) consumerUnacked(id ConsumerID) int {
 	if c, ok := m.consumers[id]; ok {
 		return c.unacked
 	}
 	return 0
 }
-
-// Len returns Ready() + Unacked().
-func (m *Machine) Len() int { return m.Ready() + m.Unacked() }

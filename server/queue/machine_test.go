@@ -30,7 +30,7 @@ func ids(ds []Delivery) []uint64 {
 }
 
 // enqueueN adds n messages whose bodies are "m<id>".
-func enqueueN(t *testing.T, m *Machine, n int) {
+func enqueueN(t *testing.T, m *driver, n int) {
 	t.Helper()
 	for range n {
 		want := m.nextID
@@ -41,7 +41,7 @@ func enqueueN(t *testing.T, m *Machine, n int) {
 }
 
 func TestEnqueueIDsAndFIFOOrder(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	msgs := make([]*Message, 5)
 	for i := range msgs {
 		msgs[i] = &Message{Body: []byte{byte(i)}}
@@ -171,7 +171,7 @@ func TestCheckout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachine()
+			m := newDriver(DefaultConfig())
 			for _, c := range tt.consumers {
 				m.AddConsumer(c)
 			}
@@ -205,7 +205,7 @@ func TestCheckout(t *testing.T) {
 }
 
 func TestCheckoutAppendsToDst(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 7})
 	enqueueN(t, m, 2)
 	dst := []Delivery{{ID: 99}}
@@ -216,7 +216,7 @@ func TestCheckoutAppendsToDst(t *testing.T) {
 }
 
 func TestRoundRobinAcrossCalls(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	m.AddConsumer(ConsumerSpec{ID: 2})
 	m.AddConsumer(ConsumerSpec{ID: 3})
@@ -235,7 +235,7 @@ func TestRoundRobinAcrossCalls(t *testing.T) {
 }
 
 func TestRefusedConsumerKeepsItsTurn(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	m.AddConsumer(ConsumerSpec{ID: 2})
 	m.AddConsumer(ConsumerSpec{ID: 3})
@@ -253,15 +253,15 @@ func TestRefusedConsumerKeepsItsTurn(t *testing.T) {
 func TestCreditReturns(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		release func(m *Machine, id uint64) bool
+		release func(m *driver, id uint64) bool
 		next    []uint64 // ids delivered after releasing message 1
 	}{
-		{"settle", (*Machine).Settle, []uint64{3}},
-		{"return", (*Machine).Return, []uint64{1}},
-		{"discard", func(m *Machine, id uint64) bool { _, ok := m.Discard(id); return ok }, []uint64{3}},
+		{"settle", (*driver).Settle, []uint64{3}},
+		{"return", (*driver).Return, []uint64{1}},
+		{"discard", func(m *driver, id uint64) bool { _, ok := m.Discard(id); return ok }, []uint64{3}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachine()
+			m := newDriver(DefaultConfig())
 			m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 2})
 			enqueueN(t, m, 4)
 			if ds := m.Checkout(nil, 0, nil); !slices.Equal(ids(ds), []uint64{1, 2}) {
@@ -287,7 +287,7 @@ func TestCreditReturns(t *testing.T) {
 }
 
 func TestGet(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	enqueueN(t, m, 2)
 	d, ok := m.Get(false)
 	if !ok || d.ID != 1 || d.Consumer != 0 {
@@ -335,7 +335,7 @@ func TestReturnKeepsOriginalPosition(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewMachine()
+			m := newDriver(DefaultConfig())
 			m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: tt.prefetch})
 			enqueueN(t, m, tt.enqueue)
 			first := m.Checkout(nil, 0, nil)
@@ -368,7 +368,7 @@ func TestReturnKeepsOriginalPosition(t *testing.T) {
 }
 
 func TestDeliveryCountGrows(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	enqueueN(t, m, 1)
 	for want := range uint32(4) {
@@ -383,7 +383,7 @@ func TestDeliveryCountGrows(t *testing.T) {
 }
 
 func TestDiscard(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	msg := &Message{Body: []byte("x")}
 	id := m.Enqueue(msg)
@@ -401,7 +401,7 @@ func TestDiscard(t *testing.T) {
 }
 
 func TestPurgeLeavesUnacked(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 2})
 	enqueueN(t, m, 5) // bodies "m1".."m5"
 	m.Checkout(nil, 0, nil)
@@ -425,7 +425,7 @@ func TestPurgeLeavesUnacked(t *testing.T) {
 }
 
 func TestRemoveConsumerKeepsUnacked(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 2})
 	m.AddConsumer(ConsumerSpec{ID: 2, Prefetch: 1})
 	enqueueN(t, m, 5)
@@ -463,7 +463,7 @@ func TestRemoveConsumerKeepsUnacked(t *testing.T) {
 }
 
 func TestAddConsumerReplacesSpec(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 1})
 	m.AddConsumer(ConsumerSpec{ID: 2, Prefetch: 5})
 	enqueueN(t, m, 6)
@@ -494,7 +494,7 @@ func TestAddConsumerReplacesSpec(t *testing.T) {
 }
 
 func TestUnknownIDs(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1})
 	enqueueN(t, m, 2)
 	m.Checkout(nil, 1, nil) // 1 unacked, 2 ready
@@ -518,7 +518,7 @@ func TestUnknownIDs(t *testing.T) {
 }
 
 func TestReadyBytes(t *testing.T) {
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 1})
 	m.Enqueue(&Message{Body: make([]byte, 10)})
 	m.Enqueue(&Message{Body: make([]byte, 5)})
@@ -697,7 +697,7 @@ func (md *model) requeue(mm modelMsg) {
 }
 
 func mdDead(mm modelMsg, r Reason, count uint32) Dead {
-	return Dead{ID: mm.id, Msg: mm.msg, Reason: r, DeliveryCount: count, Size: mm.size}
+	return Dead{ID: mm.id, Msg: mm.msg, Reason: r, DeliveryCount: count, size: mm.size}
 }
 
 // deliver pops the model's first ready message for consumer c (nil: basic.get) and checks d matches.
@@ -815,7 +815,7 @@ func (md *model) returnAt(id uint64) (*Dead, bool) {
 }
 
 // readyIDs lists the machine's live ready ids in delivery order, checking its internal invariants.
-func readyIDs(t *testing.T, m *Machine) []uint64 {
+func readyIDs(t *testing.T, m *driver) []uint64 {
 	t.Helper()
 	var out []uint64
 	tombs := 0
@@ -877,7 +877,7 @@ func readyIDs(t *testing.T, m *Machine) []uint64 {
 }
 
 // checkTimed verifies the timed records and the expiry heap.
-func checkTimed(t *testing.T, m *Machine, ready []uint64) {
+func checkTimed(t *testing.T, m *driver, ready []uint64) {
 	t.Helper()
 	isReady := map[uint64]bool{}
 	for _, id := range ready {
@@ -919,7 +919,7 @@ func checkTimed(t *testing.T, m *Machine, ready []uint64) {
 }
 
 // checkConsumers verifies the groups and rings against the consumers map.
-func checkConsumers(t *testing.T, m *Machine) {
+func checkConsumers(t *testing.T, m *driver) {
 	t.Helper()
 	members := map[*group]int{}
 	for id, c := range m.consumers {
@@ -965,7 +965,7 @@ func TestMachineMatchesModel(t *testing.T) {
 
 func runModel(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	m := NewMachine()
+	m := newDriver(DefaultConfig())
 	md := newModel(DefaultConfig())
 	randID := func() uint64 { return uint64(rng.IntN(int(md.nextID) + 2)) }
 
@@ -1029,7 +1029,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	}
 }
 
-func addConsumer(rng *rand.Rand, m *Machine, md *model) {
+func addConsumer(rng *rand.Rand, m *driver, md *model) {
 	spec := ConsumerSpec{
 		ID:       ConsumerID(1 + rng.IntN(5)),
 		Prefetch: uint32(rng.IntN(4)),
@@ -1046,7 +1046,7 @@ func addConsumer(rng *rand.Rand, m *Machine, md *model) {
 	md.sac()
 }
 
-func removeConsumer(t *testing.T, step int, rng *rand.Rand, m *Machine, md *model) {
+func removeConsumer(t *testing.T, step int, rng *rand.Rand, m *driver, md *model) {
 	id := ConsumerID(1 + rng.IntN(6))
 	c, want := md.consumers[id]
 	if got := m.RemoveConsumer(id); got != want {
@@ -1073,7 +1073,7 @@ func cmpU64(a, b uint64) int {
 // random reserve, then replays the reserve calls against the model: each call must go to a
 // consumer that may receive, not refused earlier in this call, of the highest eligible priority;
 // each accepted call must be the next delivery. It returns what CheckoutAt reported expired.
-func checkout(t *testing.T, rng *rand.Rand, m *Machine, md *model, timed bool) []Dead {
+func checkout(t *testing.T, rng *rand.Rand, m *driver, md *model, timed bool) []Dead {
 	t.Helper()
 	max := rng.IntN(5) - 1
 	type call struct {
@@ -1159,7 +1159,7 @@ func checkDead(t *testing.T, what string, got, want []Dead) {
 }
 
 // compare checks every observable count and the state of every id against the model.
-func compare(t *testing.T, step int, m *Machine, md *model) {
+func compare(t *testing.T, step int, m *driver, md *model) {
 	t.Helper()
 	bytes := md.bytes()
 	if m.Ready() != len(md.ready) || m.Unacked() != len(md.unacked) || m.Len() != len(md.ready)+len(md.unacked) ||
@@ -1211,39 +1211,80 @@ func compare(t *testing.T, step int, m *Machine, md *model) {
 	checkConsumers(t, m)
 }
 
+// benchState is a State driven the way the classic queue drives it: one reused Command per
+// kind and one reused Effects.
+type benchState struct {
+	s                  *State
+	enq, co, ack, back Command
+	fx                 Effects
+	tag                [1]Tag
+}
+
+func newBenchState(cfg Config, consumers ...Command) *benchState {
+	b := &benchState{s: NewState(StateConfig{Config: cfg})}
+	for i := range consumers {
+		b.s.Apply(&consumers[i], 0, &b.fx)
+	}
+	b.co = Command{Type: CmdCheckout}
+	b.ack = Command{Type: CmdSettle, Tags: b.tag[:]}
+	b.back = Command{Type: CmdReturn, Tags: b.tag[:]}
+	return b
+}
+
+func (b *benchState) enqueue(msg *Message, now int64) {
+	b.enq = Command{Type: CmdEnqueue, Msg: msg}
+	b.fx.Reset()
+	b.s.Apply(&b.enq, now, &b.fx)
+}
+
+func (b *benchState) checkout(max int, now int64) []Delivery {
+	b.co.Max = max
+	b.fx.Reset()
+	b.s.Apply(&b.co, now, &b.fx)
+	return b.fx.Deliveries
+}
+
+func (b *benchState) settle(cmd *Command, t Tag) {
+	b.tag[0] = t
+	var fx Effects
+	b.s.Apply(cmd, 0, &fx)
+}
+
 func BenchmarkEnqueueCheckoutSettle(b *testing.B) {
-	m := NewMachine()
-	m.AddConsumer(ConsumerSpec{ID: 1, Prefetch: 100})
+	s := newBenchState(DefaultConfig(), Command{Type: CmdConsume, Consumer: 1, Prefetch: 100})
 	msg := &Message{Body: make([]byte, 64)}
-	dst := make([]Delivery, 0, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		m.Enqueue(msg)
-		dst = m.Checkout(dst[:0], 0, nil)
-		m.Settle(dst[0].ID)
+		s.enqueue(msg, 0)
+		d := s.checkout(0, 0)[0]
+		s.settle(&s.ack, d.Tag())
 	}
 }
 
 // BenchmarkBacklog measures one message through a queue holding a 100k-message backlog, delivered in
 // batches of 64 to four round-robin consumers with prefetch 64 and a reserve callback.
 func BenchmarkBacklog(b *testing.B) {
-	m := NewMachine()
+	var cs []Command
 	for id := range ConsumerID(4) {
-		m.AddConsumer(ConsumerSpec{ID: id + 1, Prefetch: 64})
+		cs = append(cs, Command{Type: CmdConsume, Consumer: id + 1, Prefetch: 64})
 	}
+	s := newBenchState(DefaultConfig(), cs...)
 	msg := &Message{Body: make([]byte, 64)}
 	for range 100_000 {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 	}
-	reserve := func(ConsumerID) bool { return true }
-	dst := make([]Delivery, 0, 64)
+	s.s.reserve = func(ConsumerID) bool { return true }
+	var tags []Tag
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 		if i%64 == 63 {
-			dst = m.Checkout(dst[:0], 64, reserve)
-			for _, d := range dst {
-				m.Settle(d.ID)
+			tags = tags[:0]
+			for _, d := range s.checkout(64, 0) {
+				tags = append(tags, d.Tag())
+			}
+			for _, t := range tags {
+				s.settle(&s.ack, t)
 			}
 		}
 	}
@@ -1251,19 +1292,24 @@ func BenchmarkBacklog(b *testing.B) {
 
 // BenchmarkReturnRedeliver measures requeueing: 1000 unacked messages are returned and redelivered.
 func BenchmarkReturnRedeliver(b *testing.B) {
-	m := NewMachine()
-	m.AddConsumer(ConsumerSpec{ID: 1})
+	s := newBenchState(DefaultConfig(), Command{Type: CmdConsume, Consumer: 1})
 	msg := &Message{}
 	for range 1000 {
-		m.Enqueue(msg)
+		s.enqueue(msg, 0)
 	}
-	dst := m.Checkout(nil, 0, nil)
+	tags := make([]Tag, 0, 1000)
+	for _, d := range s.checkout(0, 0) {
+		tags = append(tags, d.Tag())
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		for i := len(dst) - 1; i >= 0; i-- {
-			m.Return(dst[i].ID)
+		for i := len(tags) - 1; i >= 0; i-- {
+			s.settle(&s.back, tags[i])
 		}
-		dst = m.Checkout(dst[:0], 0, nil)
+		tags = tags[:0]
+		for _, d := range s.checkout(0, 0) {
+			tags = append(tags, d.Tag())
+		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(dst)), "ns/msg")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tags)), "ns/msg")
 }

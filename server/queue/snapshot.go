@@ -9,21 +9,23 @@ import (
 	"slices"
 )
 
-// SnapshotVersion is written first in every snapshot; DecodeMachine refuses other versions.
-const SnapshotVersion = 1
+// machineSnapshotVersion is written first in every machine snapshot. decodeMachine also reads
+// version 1 (before consumer credit), which the quorum queues of the previous release wrote.
+const machineSnapshotVersion = 2
 
 // errSnapshot is wrapped by every DecodeMachine error.
 var errSnapshot = errors.New("malformed machine snapshot")
 
-// Snapshot layout (version 1). Integers are uvarints, signed ones (marked ±) zig-zag varints; a
+// Machine snapshot layout (version 2). Integers are uvarints, signed ones (marked ±) zig-zag varints; a
 // "string" is a uvarint length followed by the bytes. Lists are a uvarint count then the items.
 //
-//	version          byte (SnapshotVersion)
+//	version          byte (machineSnapshotVersion)
 //	config           MaxPriority byte, ±MessageTTL, ±MaxLength, ±MaxLengthBytes, Overflow byte,
 //	                 ±DeliveryLimit, SingleActiveConsumer byte
 //	nextID, seq
-//	consumers        list, by increasing ID: ID, Prefetch, ±Priority, bits (NoAck, standby), seq,
-//	                 sent records still pending (list of ±at, id, count)
+//	consumers        list, by increasing ID: ID, Prefetch, ±Priority, bits (NoAck, standby,
+//	                 credited), seq, delivered, Credit if credited, sent records still pending
+//	                 (list of ±at, id, count)
 //	rings            for each priority group, highest priority first (the groups are the distinct
 //	                 priorities of the consumers): list of consumer IDs in turn order
 //	single active    bits (active set, quiescing), then the active consumer's ID if set
@@ -35,9 +37,9 @@ var errSnapshot = errors.New("malformed machine snapshot")
 //
 // An entry is: bits (message present, redelivered, timed, live timed record, queued on the expiry
 // heap), id, count, size, flags byte, ±deadline if it has a live timed record, then the message if
-// present: bits (Persistent, Props/Body/BCC not nil), Exchange string, RoutingKey string, Props
-// string if not nil, Body string if not nil, Priority byte, BCC list of strings if not nil,
-// ±ExpiresAt.
+// present: bits (Persistent, Props/Body/BCC not nil, Dedupe set), Exchange string, RoutingKey
+// string, Props string if not nil, Body string if not nil, Priority byte, BCC list of strings if not
+// nil, ±ExpiresAt, Dedupe (source, seq) if set.
 //
 // Not written, because it is derived from the rest or cannot affect any later result:
 //   - ready, readyBytes, tombs, queuedLive, group membership and member counts, consumer unacked
@@ -56,6 +58,8 @@ var errSnapshot = errors.New("malformed machine snapshot")
 //     messages it owns, and only its ID (ReturnConsumer) and identity against attached consumers
 //     matter; removed owners with the same ID are merged.
 //   - the deque and heap capacities, and the Checkout scratch slice.
+//
+// Version 1 had no credited bit, delivered count or Credit: its consumers decode as not credited.
 //
 // Tombstones are kept as they are, not compacted: sweeping them rebuilds the returned heaps, whose
 // array layout decides the order of PurgeEntries' callbacks, so a sweep must happen on every
@@ -77,6 +81,7 @@ const (
 	snapProps
 	snapBody
 	snapBCC
+	snapDedupe
 	snapMsgBits
 )
 
@@ -84,6 +89,7 @@ const (
 const (
 	snapNoAck = 1 << iota
 	snapStandby
+	snapCredited
 	snapConsumerBits
 )
 
@@ -101,7 +107,7 @@ const (
 	ownerRemoved
 )
 
-// AppendSnapshot appends an exact, self-contained encoding of m to dst: configuration, id counter, every ready
+// appendSnapshot appends an exact, self-contained encoding of m to dst: configuration, id counter, every ready
 // and unacked message (Message fields including Props, Body, Exchange, RoutingKey, Persistent, Priority,
 // ExpiresAt, BCC; entries whose msg is nil (paged) keep their size and nil), delivery counts, redelivered flags,
 // flags, priorities, deadlines and expiry state, consumers (spec, group/ring order, standby, attach order,
@@ -110,10 +116,10 @@ const (
 // later observable result).
 //
 // Equal machines give equal bytes: maps are written in key order. m is not modified, but like every
-// other method AppendSnapshot must be serialised with the calls that change m (for a Raft FSM: take
+// other method appendSnapshot must be serialised with the calls that change m (for a Raft FSM: take
 // the snapshot in FSM.Snapshot, not later in Persist). The bytes do not alias m.
-func (m *Machine) AppendSnapshot(dst []byte) []byte {
-	dst = append(dst, SnapshotVersion, m.cfg.MaxPriority)
+func (m *machine) appendSnapshot(dst []byte) []byte {
+	dst = append(dst, machineSnapshotVersion, m.cfg.MaxPriority)
 	dst = binary.AppendVarint(dst, m.cfg.MessageTTL)
 	dst = binary.AppendVarint(dst, m.cfg.MaxLength)
 	dst = binary.AppendVarint(dst, m.cfg.MaxLengthBytes)
@@ -201,7 +207,7 @@ func snapBool(b bool) byte {
 
 // appendConsumer writes an attached consumer, keeping only the sent records that still match one of
 // its unacked deliveries.
-func (m *Machine) appendConsumer(dst []byte, c *consumer) []byte {
+func (m *machine) appendConsumer(dst []byte, c *consumer) []byte {
 	dst = binary.AppendUvarint(dst, uint64(c.spec.ID))
 	dst = binary.AppendUvarint(dst, uint64(c.spec.Prefetch))
 	dst = binary.AppendVarint(dst, int64(c.spec.Priority))
@@ -212,8 +218,15 @@ func (m *Machine) appendConsumer(dst []byte, c *consumer) []byte {
 	if c.standby {
 		bits |= snapStandby
 	}
+	if c.spec.Credited {
+		bits |= snapCredited
+	}
 	dst = append(dst, bits)
 	dst = binary.AppendUvarint(dst, c.seq)
+	dst = binary.AppendUvarint(dst, c.delivered)
+	if c.spec.Credited {
+		dst = binary.AppendUvarint(dst, c.spec.Credit)
+	}
 	n := 0
 	for i := range c.sent.Len() {
 		if m.stillSent(c, c.sent.At(i)) {
@@ -232,7 +245,7 @@ func (m *Machine) appendConsumer(dst []byte, c *consumer) []byte {
 }
 
 // appendEntry writes e with its timed record, if it has one.
-func (m *Machine) appendEntry(dst []byte, e entry) []byte {
+func (m *machine) appendEntry(dst []byte, e entry) []byte {
 	var bits byte
 	if e.msg != nil {
 		bits |= snapHasMsg
@@ -279,6 +292,9 @@ func appendMessage(dst []byte, msg *Message) []byte {
 	if msg.BCC != nil {
 		bits |= snapBCC
 	}
+	if msg.Dedupe != (DedupeKey{}) {
+		bits |= snapDedupe
+	}
 	dst = append(dst, bits)
 	dst = appendSnapString(dst, msg.Exchange)
 	dst = appendSnapString(dst, msg.RoutingKey)
@@ -295,7 +311,12 @@ func appendMessage(dst []byte, msg *Message) []byte {
 			dst = appendSnapString(dst, k)
 		}
 	}
-	return binary.AppendVarint(dst, msg.ExpiresAt)
+	dst = binary.AppendVarint(dst, msg.ExpiresAt)
+	if msg.Dedupe != (DedupeKey{}) {
+		dst = binary.AppendUvarint(dst, msg.Dedupe.Source)
+		dst = binary.AppendUvarint(dst, msg.Dedupe.Seq)
+	}
+	return dst
 }
 
 // appendSnapString writes a length-prefixed string.
@@ -410,6 +431,9 @@ func (r *snapReader) message() *Message {
 		}
 	}
 	msg.ExpiresAt = r.varint("expires at")
+	if bits&snapDedupe != 0 {
+		msg.Dedupe = DedupeKey{Source: r.uvarint("dedupe source"), Seq: r.uvarint("dedupe seq")}
+	}
 	return msg
 }
 
@@ -444,29 +468,30 @@ func (r *snapReader) entry() (e entry, t timedMsg, live bool) {
 // minimum encoded sizes, for count.
 const (
 	snapMinEntry    = 5 // bits, id, count, size, flags
-	snapMinConsumer = 6 // id, prefetch, priority, bits, seq, sent count
+	snapMinConsumer = 6 // id, prefetch, priority, bits, seq, sent count (and delivered from version 2)
 	snapMinSent     = 3
 )
 
-// DecodeMachine rebuilds a Machine from AppendSnapshot's output. Corrupt or truncated input returns an error,
+// decodeMachine rebuilds a machine from appendSnapshot's output. Corrupt or truncated input returns an error,
 // never panics.
 //
 // Besides the structure it checks the invariants the machine relies on (ids unique and below the
 // id counter, FIFO and heap order, priority levels in range, owners and the active consumer
 // attached, attach order unique), so an accepted snapshot gives a machine that can be driven
 // safely. The decoded machine does not alias b.
-func DecodeMachine(b []byte) (*Machine, error) {
-	m, err := decodeMachine(b)
+func decodeMachine(b []byte) (*machine, error) {
+	m, err := decodeMachineRaw(b)
 	if err != nil {
 		return nil, fmt.Errorf("queue: decode machine snapshot: %w", err)
 	}
 	return m, nil
 }
 
-func decodeMachine(b []byte) (*Machine, error) {
+func decodeMachineRaw(b []byte) (*machine, error) {
 	r := &snapReader{b: b}
-	if v := r.u8("version"); r.err == nil && v != SnapshotVersion {
-		return nil, fmt.Errorf("version %d, want %d: %w", v, SnapshotVersion, errSnapshot)
+	version := r.u8("version")
+	if r.err == nil && version != machineSnapshotVersion && version != 1 {
+		return nil, fmt.Errorf("version %d, want 1 or %d: %w", version, machineSnapshotVersion, errSnapshot)
 	}
 	var cfg Config
 	cfg.MaxPriority = r.u8("max priority")
@@ -483,14 +508,14 @@ func decodeMachine(b []byte) (*Machine, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	m := NewMachineConfig(cfg)
+	m := newMachine(cfg)
 	m.nextID = r.uvarint("next id")
 	m.seq = r.uvarint("attach counter")
 	if r.err == nil && m.nextID == 0 {
 		r.fail("next id 0")
 	}
 
-	m.decodeConsumers(r)
+	m.decodeConsumers(r, version)
 	m.decodeLevels(r)
 	ids := m.decodeUnacked(r)
 	n := r.count("at once", 1)
@@ -532,7 +557,7 @@ func decodeMachine(b []byte) (*Machine, error) {
 
 // decodeConsumers reads the consumers, the rings of their priority groups and the single active
 // consumer state.
-func (m *Machine) decodeConsumers(r *snapReader) {
+func (m *machine) decodeConsumers(r *snapReader, version byte) {
 	n := r.count("consumers", snapMinConsumer)
 	seqs := make([]uint64, 0, n)
 	var prev ConsumerID
@@ -543,6 +568,15 @@ func (m *Machine) decodeConsumers(r *snapReader) {
 		prio := r.varint("consumer priority")
 		bits := r.u8("consumer bits")
 		c.seq = r.uvarint("consumer attach order")
+		if version >= 2 {
+			c.delivered = r.uvarint("consumer deliveries")
+			if bits&snapCredited != 0 {
+				c.spec.Credited = true
+				c.spec.Credit = r.uvarint("consumer credit")
+			}
+		} else if bits&snapCredited != 0 {
+			r.fail("consumer %d bits %#x", c.spec.ID, bits)
+		}
 		if r.err != nil {
 			break
 		}
@@ -636,7 +670,7 @@ func (m *Machine) decodeConsumers(r *snapReader) {
 }
 
 // decodeLevels reads the ready messages and tombstones, level by level.
-func (m *Machine) decodeLevels(r *snapReader) {
+func (m *machine) decodeLevels(r *snapReader) {
 	for p := 0; p < len(m.levels) && r.err == nil; p++ {
 		l := &m.levels[p]
 		n := r.count("ready", snapMinEntry)
@@ -665,7 +699,7 @@ func (m *Machine) decodeLevels(r *snapReader) {
 }
 
 // decodeReady reads a ready message (or tombstone) of level p and accounts for it.
-func (m *Machine) decodeReady(r *snapReader, p uint8) entry {
+func (m *machine) decodeReady(r *snapReader, p uint8) entry {
 	e, t, live := r.entry()
 	e.prio = p
 	switch {
@@ -683,7 +717,7 @@ func (m *Machine) decodeReady(r *snapReader, p uint8) entry {
 
 // addTimed adds a decoded timed record, putting it on the expiry heap (heapified by the caller) if
 // it is queued.
-func (m *Machine) addTimed(id uint64, t timedMsg) {
+func (m *machine) addTimed(id uint64, t timedMsg) {
 	if m.timed == nil {
 		m.timed = make(map[uint64]timedMsg)
 	}
@@ -695,7 +729,7 @@ func (m *Machine) addTimed(id uint64, t timedMsg) {
 }
 
 // decodeUnacked reads the unacked messages and returns their ids.
-func (m *Machine) decodeUnacked(r *snapReader) []uint64 {
+func (m *machine) decodeUnacked(r *snapReader) []uint64 {
 	n := r.count("unacked", snapMinEntry+3)
 	ids := make([]uint64, 0, n)
 	removed := make(map[ConsumerID]*consumer)
@@ -711,7 +745,7 @@ func (m *Machine) decodeUnacked(r *snapReader) []uint64 {
 					r.fail("unacked message %d: owner %d not attached", e.id, id)
 				}
 			} else if owner = removed[id]; owner == nil {
-				owner = &consumer{spec: ConsumerSpec{ID: id}}
+				owner = &consumer{spec: consumerSpec{ID: id}}
 				removed[id] = owner
 			}
 		}

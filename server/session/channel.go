@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"warren/amqp"
+	"warren/server/auth"
 	"warren/server/core"
 	"warren/server/queue"
 )
@@ -56,6 +57,8 @@ type channel struct {
 	id uint16
 
 	// Reader-goroutine state.
+	acl          *auth.Channel // the user's permissions when the channel opened
+	hasTopics    bool          // the user has topic permissions in the vhost
 	closing      bool
 	gone         bool // closed by the client: no frame may follow close-ok
 	pub          pendingPublish
@@ -71,6 +74,7 @@ type channel struct {
 	routeNames   []string
 	routeQueues  []*core.Queue
 	settleBuf    []unackedEntry // reused by applySettle
+	durable      sync.WaitGroup // replies waiting for their record writes (replyWhenDurable)
 	tagBuf       []queue.Tag    // reused by applySettle
 
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.

@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"warren/amqp"
 	"warren/server/core"
+	"warren/server/tlsconf"
 )
 
 const (
@@ -34,11 +36,15 @@ type conn struct {
 	out *outbound
 	fr  *amqp.FrameReader
 
-	vhost      *core.VHost
-	user       string
-	frameMax   uint32
-	channelMax uint16
-	heartbeat  time.Duration
+	vhost *core.VHost
+	user  string
+	tags  []string // the user's tags at login
+	// tlsVerifyPeer is set for connections of a TLS listener that verifies client certificates
+	// (the EXTERNAL mechanism needs that).
+	tlsVerifyPeer bool
+	frameMax      uint32
+	channelMax    uint16
+	heartbeat     time.Duration
 
 	clientProps amqp.Table // connection.start-ok's client properties; set before open
 	connectedAt time.Time
@@ -197,6 +203,16 @@ func (c *conn) serve() {
 	c.readTimeout = handshakeTimeout
 	c.fr = amqp.NewFrameReader(deadlineReader{c}, c.s.cfg.FrameMax)
 
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+		err := tlsconf.Handshake(ctx, tc)
+		cancel()
+		if err != nil {
+			c.log.Info("TLS handshake failed", "err", err)
+			c.nc.Close()
+			return
+		}
+	}
 	var hdr [8]byte
 	if _, err := io.ReadFull(deadlineReader{c}, hdr[:]); err != nil {
 		c.nc.Close()
@@ -278,7 +294,7 @@ func (c *conn) handshake() error {
 			"capabilities": caps,
 			"cluster_name": "warren",
 		},
-		Mechanisms: "PLAIN AMQPLAIN",
+		Mechanisms: c.mechanisms(),
 		Locales:    "en_US",
 	}
 	// Write the handshake frames directly: the writer goroutine is not running yet.
@@ -300,23 +316,9 @@ func (c *conn) handshake() error {
 		c.capBlocked = capsV["connection.blocked"] == true
 		c.capAuthFailure = capsV["authentication_failure_close"] == true
 	}
-	user, pass, err := parseCredentials(so.Mechanism, so.Response)
-	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) {
-			return err
-		}
-		return amqp.Errorf(amqp.SyntaxError, "%v", err)
+	if err := c.login(so.Mechanism, so.Response); err != nil {
+		return err
 	}
-	if err := c.s.cfg.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
-		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism)
-		if c.capAuthFailure {
-			return amqp.Errorf(amqp.AccessRefused,
-				"Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism)
-		}
-		return fmt.Errorf("login refused for user %q", user)
-	}
-	c.user = user
 
 	tune := &amqp.ConnectionTune{
 		ChannelMax: c.s.cfg.ChannelMax,
@@ -367,10 +369,10 @@ func (c *conn) handshake() error {
 	if !ok {
 		return unexpectedHandshakeMethod("opening", m)
 	}
-	v := c.s.core.VHost(op.VirtualHost)
-	if v == nil {
-		return &amqp.Error{Code: amqp.NotAllowed, Text: fmt.Sprintf("NOT_ALLOWED - vhost %s not found", op.VirtualHost),
-			ClassID: amqp.ClassConnection, MethodID: 40}
+	v, aerr := c.openVHost(op.VirtualHost)
+	if aerr != nil {
+		aerr.ClassID, aerr.MethodID = amqp.ClassConnection, 40
+		return aerr
 	}
 	c.vhost = v
 	if c.heartbeat > 0 {
@@ -626,6 +628,7 @@ func (c *conn) handleMethodFrame(f amqp.Frame) *amqp.Error {
 		}
 		return &amqp.Error{Code: amqp.ChannelError, Text: "CHANNEL_ERROR - expected 'channel.open'", ClassID: cls, MethodID: mid}
 	}
+	ch.waitDurable()
 	if ch.closing {
 		// We sent channel.close: drop everything but close-ok, a crossing close, or a new open.
 		if cls == amqp.ClassChannel {
@@ -697,6 +700,7 @@ func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
 				len(c.channels), c.channelMax)}
 	}
 	ch := newChannel(c, id)
+	c.setACL(ch)
 	c.channels[id] = ch
 	if i := slices.Index(c.closedInRead, id); i >= 0 {
 		c.closedInRead = slices.Delete(c.closedInRead, i, i+1)

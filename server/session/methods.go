@@ -8,6 +8,7 @@ import (
 
 	"warren/amqp"
 	"warren/exchange"
+	"warren/server/auth"
 	"warren/server/core"
 	"warren/server/queue"
 )
@@ -80,23 +81,42 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 		c.out.sendMethod(ch.id, &amqp.ChannelFlowOk{Active: true})
 		return nil
 	case *amqp.ExchangeDeclare:
+		if !m.Passive {
+			if err := ch.checkExchangeDeclare(m); err != nil {
+				return err
+			}
+		}
 		if err := c.vhost.DeclareExchange(ctx, core.ExchangeDecl{Name: m.Exchange, Type: m.Type, Passive: m.Passive,
 			Durable: m.Durable, AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments}); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeclareOk{})
 	case *amqp.ExchangeDelete:
+		if m.Exchange != "" && !strings.HasPrefix(m.Exchange, "amq.") {
+			if err := aclErr(ch.acl.ExchangeDelete(m.Exchange)); err != nil {
+				return err
+			}
+			if err := ch.checkSuperStreamDelete(m.Exchange); err != nil {
+				return err
+			}
+		}
 		if err := c.vhost.DeleteExchange(ctx, m.Exchange, m.IfUnused); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeleteOk{})
 	case *amqp.ExchangeBind:
+		if err := ch.checkBinding(auth.Exchange, m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		b := exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange, Key: m.RoutingKey, Args: m.Arguments}
 		if err := c.vhost.Bind(ctx, b, c); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeBindOk{})
 	case *amqp.ExchangeUnbind:
+		if err := ch.checkBinding(auth.Exchange, m.Destination, m.Source, m.RoutingKey); err != nil {
+			return err
+		}
 		b := exchange.Binding{Source: m.Source, Dest: m.Destination, DestKind: exchange.ToExchange, Key: m.RoutingKey, Args: m.Arguments}
 		if err := c.vhost.Unbind(ctx, b, c); err != nil {
 			return err
@@ -109,7 +129,14 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 	case *amqp.QueueUnbind:
 		return ch.queueBind(m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false, false)
 	case *amqp.QueuePurge:
-		q, err := ch.useQueue(m.Queue)
+		name, err := ch.resolveQueueName(m.Queue)
+		if err != nil {
+			return err
+		}
+		if err := aclErr(ch.acl.QueuePurge(name)); err != nil {
+			return err
+		}
+		q, err := ch.useQueue(name)
 		if err != nil {
 			return err
 		}
@@ -194,8 +221,6 @@ func (ch *channel) queueError(q *core.Queue, op string, err error) *amqp.Error {
 		return ch.c.vhost.QueueNotFound(q.Name())
 	case errors.Is(err, queue.ErrInExclusiveUse):
 		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name(), ch.c.vhost.Name())
-	case core.ErrGlobalQos(err):
-		return amqp.Errorf(amqp.NotImplemented, "queue '%s' in vhost '%s' does not support global qos", q.Name(), ch.c.vhost.Name())
 	case errors.Is(err, queue.ErrNoQuorum):
 		return amqp.Errorf(amqp.InternalError, "%s on queue '%s' in vhost '%s' failed: %v", op, q.Name(), ch.c.vhost.Name(), err)
 	}
@@ -236,7 +261,18 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 			return err
 		}
 	}
-	q, err := c.vhost.DeclareQueue(context.Background(), d, c)
+	if !d.Passive && (d.ServerNamed || !strings.HasPrefix(d.Name, "amq.")) {
+		if err := aclErr(ch.acl.QueueDeclare(d.Name)); err != nil {
+			return err
+		}
+		if dlx, ok := m.Arguments["x-dead-letter-exchange"].(string); ok && c.vhost.Queue(d.Name) == nil {
+			if err := aclErr(ch.acl.DeadLetterExchange(d.Name, dlx)); err != nil {
+				return err
+			}
+		}
+	}
+	var dw core.Deferred
+	q, err := c.vhost.DeclareQueue(core.WithDeferred(context.Background(), &dw), d, c)
 	if err != nil {
 		return err
 	}
@@ -247,13 +283,35 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		c.exclusiveQs[q] = struct{}{}
 	}
 	ch.lastQueue = d.Name
-	if m.NoWait {
-		return nil
-	}
 	msgs, consumers := queue.DeclareCounts(q.Queue)
-	c.out.sendMethod(ch.id, &amqp.QueueDeclareOk{Queue: d.Name, MessageCount: uint32(msgs), ConsumerCount: uint32(consumers)})
+	ch.replyWhenDurable(&dw, m.NoWait, &amqp.QueueDeclareOk{Queue: d.Name, MessageCount: uint32(msgs), ConsumerCount: uint32(consumers)})
 	return nil
 }
+
+// replyWhenDurable sends a method's reply once the record write it handed to dw is durable (at
+// once if it handed none). The reader goes on meanwhile; the channel's next method waits for the
+// reply (channel.waitDurable), so replies stay in order. A failed write closes the connection.
+func (ch *channel) replyWhenDurable(dw *core.Deferred, noWait bool, m amqp.Method) {
+	if !dw.Used() {
+		ch.reply(noWait, m)
+		return
+	}
+	ch.durable.Add(1)
+	dw.Then(func(err *amqp.Error) {
+		defer ch.durable.Done()
+		if err != nil {
+			ch.c.forceClose(err)
+			return
+		}
+		if !noWait {
+			ch.c.out.sendMethod(ch.id, m)
+		}
+	})
+}
+
+// waitDurable waits for the replies still waiting for their writes (before the channel's next
+// method is handled).
+func (ch *channel) waitDurable() { ch.durable.Wait() }
 
 func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait, bind bool) *amqp.Error {
 	c := ch.c
@@ -268,17 +326,23 @@ func (ch *channel) queueBind(qname, exName, key string, args amqp.Table, noWait,
 	if strings.HasPrefix(qname, replyToQueue) {
 		return amqp.Errorf(amqp.AccessRefused, "cannot bind or unbind to a volatile (direct reply-to) queue")
 	}
-	b := exchange.Binding{Source: exName, Dest: qname, DestKind: exchange.ToQueue, Key: key, Args: args}
-	if bind {
-		if err := c.vhost.Bind(context.Background(), b, c); err != nil {
-			return err
-		}
-		return ch.reply(noWait, &amqp.QueueBindOk{})
-	}
-	if err := c.vhost.Unbind(context.Background(), b, c); err != nil {
+	if err := ch.checkBinding(auth.Queue, qname, exName, key); err != nil {
 		return err
 	}
-	c.out.sendMethod(ch.id, &amqp.QueueUnbindOk{})
+	b := exchange.Binding{Source: exName, Dest: qname, DestKind: exchange.ToQueue, Key: key, Args: args}
+	var dw core.Deferred
+	ctx := core.WithDeferred(context.Background(), &dw)
+	if bind {
+		if err := c.vhost.Bind(ctx, b, c); err != nil {
+			return err
+		}
+		ch.replyWhenDurable(&dw, noWait, &amqp.QueueBindOk{})
+		return nil
+	}
+	if err := c.vhost.Unbind(ctx, b, c); err != nil {
+		return err
+	}
+	ch.replyWhenDurable(&dw, false, &amqp.QueueUnbindOk{})
 	return nil
 }
 
@@ -286,6 +350,9 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	c := ch.c
 	name, err := ch.resolveQueueName(m.Queue)
 	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.QueueDelete(name)); err != nil {
 		return err
 	}
 	q := c.vhost.Queue(name)
@@ -316,15 +383,29 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m, tag)
 	}
+	qname, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.Consume(qname)); err != nil {
+		return err
+	}
 	var q *core.Queue
-	var err *amqp.Error
 	if g, ok := m.Arguments["x-stream-consumer-group"]; ok {
-		var name string
-		if name, err = ch.resolveQueueName(m.Queue); err == nil {
-			q, err = c.vhost.GroupQueue(name, g)
+		// A group member reads whichever partitions it is given: it needs read on all of them, as
+		// a stream-protocol consumer of each partition would.
+		if q, err = c.vhost.GroupQueue(qname, g); err == nil {
+			for _, p := range q.GroupPartitions() {
+				if p == qname {
+					continue
+				}
+				if err := aclErr(ch.acl.Consume(p)); err != nil {
+					return err
+				}
+			}
 		}
 	} else {
-		q, err = ch.useQueue(m.Queue)
+		q, err = ch.useQueue(qname)
 	}
 	if err != nil {
 		return err
@@ -412,7 +493,14 @@ func (ch *channel) kickConsumers() {
 }
 
 func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
-	q, err := ch.useQueue(m.Queue)
+	qname, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := aclErr(ch.acl.Get(qname)); err != nil {
+		return err
+	}
+	q, err := ch.useQueue(qname)
 	if err != nil {
 		return err
 	}
@@ -481,7 +569,7 @@ func (ch *channel) settle(a txAck) *amqp.Error {
 	if ch.tx {
 		// Validate now so an unknown tag fails at once, apply at commit.
 		ch.mu.Lock()
-		known := a.tag == 0 && a.multiple || ch.unacked.find(a.tag) >= 0 || (a.multiple && a.tag <= ch.nextTag)
+		known := a.tag == 0 && a.multiple || ch.unacked.find(a.tag) >= 0
 		ch.mu.Unlock()
 		if !known {
 			return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", a.tag)
@@ -506,11 +594,14 @@ func (ch *channel) applySettle(a txAck) *amqp.Error {
 		if a.tag == 0 {
 			entries = ch.unacked.takeAll(entries)
 		} else {
-			entries = ch.unacked.takeUpTo(entries, a.tag)
-			if len(entries) == 0 && a.tag > ch.nextTag {
+			// As RabbitMQ's collect_acks: the tag itself must be unacknowledged, even when
+			// earlier ones are (ack(82, multiple) with only tag 1 outstanding is 406).
+			if _, revoked := ch.revoked[a.tag]; !revoked && ch.unacked.find(a.tag) < 0 {
 				ch.mu.Unlock()
 				return amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", a.tag)
 			}
+			delete(ch.revoked, a.tag)
+			entries = ch.unacked.takeUpTo(entries, a.tag)
 		}
 	} else {
 		e, ok := ch.unacked.take(a.tag)
@@ -666,6 +757,9 @@ func (ch *channel) publishComplete() *amqp.Error {
 	}
 	mandatory := p.mandatory
 	*p = pendingPublish{}
+	if err := ch.checkPublish(msg.Exchange, msg.RoutingKey, msg.Props); err != nil {
+		return err
+	}
 	if len(msg.Props) >= 2 && msg.Props[0]&byte((amqp.FlagPriority|amqp.FlagExpiration)>>8) != 0 {
 		props, err := amqp.DecodeProperties(msg.Props)
 		if err != nil {

@@ -49,10 +49,9 @@ type outbound struct {
 	running    bool // a writer goroutine is active
 	writing    bool // a write (the writer goroutine's or an inline one) is under way
 	blocked    map[queue.Kicker]struct{}
-	waiters    []chan struct{} // closed once the buffer drains below lowWater
-	pending    atomic.Int64    // len(buf) plus the bytes being written (see writingLen)
-	writingLen int             // bytes taken out of buf by the write under way
-	lastSend   atomic.Int64    // unix nanos of the last write, for heartbeats
+	pending    atomic.Int64 // len(buf) plus the bytes being written (see writingLen)
+	writingLen int          // bytes taken out of buf by the write under way
+	lastSend   atomic.Int64 // unix nanos of the last write, for heartbeats
 
 	heartbeat time.Duration
 	hbTimer   *time.Timer
@@ -244,20 +243,6 @@ func (o *outbound) block(k queue.Kicker) {
 	o.mu.Unlock()
 }
 
-// drained returns a channel closed once the pending output is below the low-water mark.
-func (o *outbound) drained() <-chan struct{} {
-	c := make(chan struct{})
-	o.mu.Lock()
-	if len(o.buf)+o.writingLen < lowWater || o.failed || o.closing {
-		o.mu.Unlock()
-		close(c)
-		return c
-	}
-	o.waiters = append(o.waiters, c)
-	o.mu.Unlock()
-	return c
-}
-
 // finish stops accepting frames; the writer exits after flushing what is buffered.
 func (o *outbound) finish() {
 	o.mu.Lock()
@@ -344,10 +329,6 @@ func (o *outbound) write(b []byte) error {
 			wake = append(wake, q)
 		}
 		clear(o.blocked)
-		for _, w := range o.waiters {
-			close(w)
-		}
-		o.waiters = o.waiters[:0]
 	}
 	if err != nil {
 		o.failed = true

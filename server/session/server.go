@@ -16,6 +16,7 @@ package session
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -23,7 +24,9 @@ import (
 	"time"
 
 	"warren/amqp"
+	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/tlsconf"
 )
 
 // Config configures the AMQP front-end.
@@ -36,8 +39,9 @@ type Config struct {
 	MaxMessageSize uint64
 	// Version is reported in connection.start's server properties.
 	Version string
-	// Authenticate checks a login from remote; a non-nil error refuses it.
-	Authenticate func(user, pass string, remote net.Addr) error
+	// LoginFrom is which part of a client certificate the EXTERNAL mechanism logs in as
+	// (--tls-login-from; default the distinguished name, as RabbitMQ's).
+	LoginFrom auth.LoginFrom
 }
 
 // Server serves AMQP 0-9-1 clients on one listener.
@@ -47,7 +51,8 @@ type Server struct {
 	log  *slog.Logger
 
 	mu       sync.Mutex
-	ln       net.Listener
+	ln       net.Listener   // the first listener served (Addr)
+	lns      []net.Listener // every listener, closed by Shutdown
 	conns    map[*conn]struct{}
 	closing  bool
 	nextConn uint64
@@ -67,12 +72,21 @@ func New(cfg Config) *Server {
 }
 
 // Serve accepts connections on ln in the background until Shutdown.
-func (s *Server) Serve(ln net.Listener) {
+func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
+
+// ServeTLS accepts AMQPS connections on ln (a plain TCP listener: the TLS handshake runs on each
+// connection's goroutine, bounded by the handshake timeout) in the background until Shutdown.
+func (s *Server) ServeTLS(ln net.Listener, tc *tlsconf.Config) { s.serve(ln, tc) }
+
+func (s *Server) serve(ln net.Listener, tc *tlsconf.Config) {
 	s.mu.Lock()
-	s.ln = ln
+	if s.ln == nil {
+		s.ln = ln
+	}
+	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go s.acceptLoop(ln)
+	go s.acceptLoop(ln, tc)
 }
 
 // Addr returns the bound address (nil before Serve).
@@ -85,7 +99,7 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-func (s *Server) acceptLoop(ln net.Listener) {
+func (s *Server) acceptLoop(ln net.Listener, tc *tlsconf.Config) {
 	defer s.wg.Done()
 	var delay time.Duration
 	for {
@@ -112,7 +126,11 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			continue
 		}
 		s.nextConn++
+		if tc != nil {
+			nc = tls.Server(nc, tc.TLSConfig())
+		}
 		c := newConn(s, nc, s.nextConn)
+		c.tlsVerifyPeer = tc != nil && tc.VerifyPeer()
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -131,13 +149,13 @@ func (s *Server) removeConn(c *conn) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	ln := s.ln
+	lns := s.lns
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	if ln != nil {
+	for _, ln := range lns {
 		ln.Close()
 	}
 	for _, c := range conns {

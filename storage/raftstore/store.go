@@ -150,6 +150,10 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		b.Set(keys[k:len(keys):len(keys)], vals[v:len(vals):len(vals)])
 	}
 
+	// Raft entries carry acknowledgements and settlements too, which must work on a nearly full disk so
+	// that it can be drained; publishes into quorum queues are refused before they are proposed
+	// (storage.DB.SpaceLow), so they do not take this room.
+	b.UseReserve()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.db.CommitSync(&b); err != nil {
@@ -303,6 +307,7 @@ func (s *Store) Drop() error {
 func (s *Store) Set(key []byte, val []byte) error {
 	var b storage.Batch
 	b.Set(storage.RaftStableKey(s.group, key), val)
+	b.UseReserve() // terms and votes: a node that cannot vote cannot elect the leader that drains
 	if err := s.db.CommitSync(&b); err != nil {
 		return fmt.Errorf("raftstore: group %d: set %q: %w", s.group, key, err)
 	}

@@ -5,6 +5,7 @@ Producer and Consumer with callbacks, Connection.drain_events, SimpleQueue. Ever
 passes against RabbitMQ 3.10.
 """
 
+import re
 import socket
 import time
 import unittest
@@ -81,7 +82,7 @@ class KombuTest(unittest.TestCase):
         other.close()
 
     def test_connect_bad_credentials(self):
-        url = broker_url().replace("guest:guest@", "guest:wrong@")
+        url = re.sub(r"(//[^:/@]+:)[^@]*@", r"\1wrong@", broker_url())
         conn = Connection(url, connect_timeout=WAIT)
         with self.assertRaises(amqp.exceptions.AccessRefused):
             conn.connect()

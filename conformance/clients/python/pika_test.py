@@ -71,7 +71,7 @@ class PikaTest(unittest.TestCase):
 
     def test_connect_bad_credentials(self):
         params = pika.URLParameters(broker_url())
-        params.credentials = pika.PlainCredentials("guest", "not-the-password")
+        params.credentials = pika.PlainCredentials(params.credentials.username, "not-the-password")
         with self.assertRaises(pika.exceptions.ProbableAuthenticationError):
             pika.BlockingConnection(params)
 

@@ -95,7 +95,7 @@ class BunnyTest < Minitest::Test
 
   def test_connect_bad_credentials
     assert_raises(Bunny::PossibleAuthenticationFailureError) do
-      connect(URL.sub('guest:guest@', 'guest:wrong@'))
+      connect(URL.sub(%r{(//[^:/@]+:)[^@]*@}, '\\1wrong@'))
     end
   end
 

@@ -36,16 +36,7 @@ type Replication interface {
 // the stream is replicated; without, it is a stream of this node alone (streams declared before
 // replication existed).
 func (Type) Open(cfg queue.OpenConfig) (queue.Queue, error) {
-	maxBytes := cfg.Lifecycle.MaxLengthBytes
-	if maxBytes < 0 {
-		maxBytes = 0 // the lifecycle config uses -1 for "none"; the log uses 0
-	}
-	var maxAge time.Duration
-	if s, ok := stringArg(cfg.Args["x-max-age"]); ok {
-		if d, err := stream.ParseMaxAge(s); err == nil {
-			maxAge = d
-		}
-	}
+	maxBytes, maxAge := retention(cfg)
 	seg, _ := amqp.AsInt64(cfg.Args["x-stream-max-segment-size-bytes"])
 	logger := cfg.Logger
 	if logger == nil {
@@ -82,6 +73,28 @@ func (Type) Open(cfg queue.OpenConfig) (queue.Queue, error) {
 	r := replica.New(rc)
 	rep.Store(r)
 	return &Queue{name: cfg.Name, vhost: cfg.VHost, log: l, rep: r, logger: logger, cursors: make(map[queue.ConsumerID]*cursor)}, nil
+}
+
+// retention is x-max-length-bytes and x-max-age of cfg (0: none), from the lifecycle settings and
+// the arguments, where the core has merged a policy's settings.
+func retention(cfg queue.OpenConfig) (maxBytes int64, maxAge time.Duration) {
+	maxBytes = max(cfg.Lifecycle.MaxLengthBytes, 0) // the lifecycle config uses -1 for "none"; the log uses 0
+	if s, ok := stringArg(cfg.Args["x-max-age"]); ok {
+		if d, err := stream.ParseMaxAge(s); err == nil {
+			maxAge = d
+		}
+	}
+	return maxBytes, maxAge
+}
+
+// Reconfigure implements core.Reconfigurer: a policy's max-length-bytes and max-age reach the
+// running stream (every replica gets them; the writing one applies them, so retention stays one
+// decision replicated to all). A changed stream-max-segment-size-bytes applies only when the stream
+// is next opened.
+func (q *Queue) Reconfigure(cfg queue.OpenConfig) error {
+	maxBytes, maxAge := retention(cfg)
+	q.log.SetRetention(maxBytes, maxAge)
+	return nil
 }
 
 func stringArg(v any) (string, bool) {

@@ -29,9 +29,20 @@ type BenchConfig struct {
 	Backlog         int           // S7's message count
 	BacklogTimeout  time.Duration // bound on each of S7's and S8's fill and drain
 	StreamMessages  int           // S8's message count
-	CommandLine     string        // recorded in the Markdown
-	Stdout          io.Writer     // the result table
-	Log             io.Writer     // a line per run
+	// S10: queues declared and bound (targets are set at 10,000), channels and connections
+	// declaring, the bound on each declare phase, and the queues of the large run (Warren only,
+	// once per bench; not made when not above DeclareQueues).
+	DeclareQueues      int
+	DeclareChannels    int
+	DeclareConnections int
+	DeclareTimeout     time.Duration
+	DeclareLargeQueues int
+	CommandLine        string    // recorded in the Markdown
+	Stdout             io.Writer // the result table
+	Log                io.Writer // a line per run
+	// rssSettleLimit bounds S10's waits for the broker's memory to settle (default 15 s); tests,
+	// whose race-instrumented brokers never settle, shorten it.
+	rssSettleLimit time.Duration
 }
 
 // benchMetric is one row of the result table.
@@ -50,9 +61,14 @@ type benchScenario struct {
 	metrics []benchMetric
 	bound   func(BenchConfig) time.Duration
 	run     func(ctx context.Context, b *bencher, t *benchTarget) runOutcome
+	// warrenOnly scenarios are not run against the reference RabbitMQ (it has no such feature).
+	warrenOnly bool
 	// after, if set, runs once the run's CPU use is taken and may add notes: a side measurement
 	// that must not count as the broker's or the tool's load.
 	after func(ctx context.Context, b *bencher, t *benchTarget, out *runOutcome)
+	// section, if set, gives the scenario its own table in the report instead of rows in the
+	// S1-S9 table.
+	section func(r *benchReport, sc benchScenario) reportSection
 }
 
 // runOutcome is what one run of one scenario against one broker gave.
@@ -74,6 +90,8 @@ type benchTarget struct {
 	skip    string // why it is not benchmarked
 	pidErr  error
 	pidVal  int
+	// largeDone is set once S10's large run was made against this broker.
+	largeDone bool
 }
 
 // pid finds the broker's process for memory readings.
@@ -230,6 +248,11 @@ func benchScenarios() []benchScenario {
 		},
 		streamScenario(),
 		quorumScenario(),
+		declareScenario(),
+		streamReadAlong("S11", 100),
+		streamReadAlong("S12", 1000),
+		replicatedStreamScenario(),
+		superStreamGroupScenario(),
 	}
 }
 
@@ -346,7 +369,12 @@ func runIdleScenario(ctx context.Context, b *bencher, t *benchTarget) runOutcome
 // settledRSS polls pid's RSS every 200 ms until it changes by less than 0.5% (or 1 MiB)
 // over a second, for at most 15 s, and returns the last reading.
 func settledRSS(ctx context.Context, pid int) (uint64, error) {
-	deadline := time.Now().Add(15 * time.Second)
+	return settledRSSWithin(ctx, pid, 15*time.Second)
+}
+
+// settledRSSWithin is settledRSS polling for at most limit.
+func settledRSSWithin(ctx context.Context, pid int, limit time.Duration) (uint64, error) {
+	deadline := time.Now().Add(limit)
 	var window []uint64
 	for {
 		v, err := readRSS(pid)
@@ -584,6 +612,9 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 				if ctx.Err() != nil {
 					break
 				}
+				if sc.warrenOnly && t != warren {
+					continue
+				}
 				out := b.runOne(ctx, sc, t)
 				results[sc.id][t.name] = append(results[sc.id][t.name], out)
 				fmt.Fprintf(cfg.Log, "%s run %d/%d %-8s %s\n", sc.id, run, cfg.Runs, t.name, describeOutcome(sc, out))
@@ -692,6 +723,14 @@ func fmtValue(m benchMetric, v float64) string {
 		return fmt.Sprintf("%.2f", v)
 	case "KB":
 		return fmt.Sprintf("%.1f", v)
+	case pairsUnit:
+		return fmtRate(v)
+	case secondsUnit:
+		return fmt.Sprintf("%.2f", v)
+	case cpuUnit:
+		return fmt.Sprintf("%.3f", v)
+	case countUnit:
+		return fmtInt(uint64(v + 0.5))
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}

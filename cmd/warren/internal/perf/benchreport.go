@@ -52,6 +52,9 @@ func (r *benchReport) cell(sc benchScenario, m benchMetric, t *benchTarget) (str
 func (r *benchReport) rows() [][5]string {
 	var rows [][5]string
 	for _, sc := range r.scenarios {
+		if sc.section != nil {
+			continue
+		}
 		for i, m := range sc.metrics {
 			name := ""
 			if i == 0 {
@@ -80,8 +83,35 @@ func (r *benchReport) title(sc benchScenario) string {
 		return fmt.Sprintf("%s-message backlog (1 KB, persistent, confirms) filled then drained", fmtInt(uint64(r.cfg.Backlog)))
 	case "S8":
 		return fmt.Sprintf("stream: %s messages (1 KB) published with confirms, then consumed from first", fmtInt(uint64(r.cfg.StreamMessages)))
+	case "S10":
+		t := fmt.Sprintf("object counts: %s durable queues declared and bound, restart, memory", fmtInt(uint64(r.cfg.DeclareQueues)))
+		if r.cfg.DeclareLargeQueues > r.cfg.DeclareQueues {
+			t += fmt.Sprintf("; %s in a large run", fmtInt(uint64(r.cfg.DeclareLargeQueues)))
+		}
+		return t
 	}
 	return sc.title
+}
+
+// mainTable reports whether any scenario has rows in the S1-S9 table.
+func (r *benchReport) mainTable() bool {
+	for _, sc := range r.scenarios {
+		if sc.section == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// sections are the scenarios' own tables.
+func (r *benchReport) sections() []reportSection {
+	var out []reportSection
+	for _, sc := range r.scenarios {
+		if sc.section != nil {
+			out = append(out, sc.section(r, sc))
+		}
+	}
+	return out
 }
 
 // table is the plain-text result table for the terminal.
@@ -95,24 +125,30 @@ func (r *benchReport) table() string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nMedian of %d runs per broker. %s.\n\n", r.cfg.Runs, ratioHeader)
-	line := func(row [5]string) {
-		for i, c := range row {
-			pad := width[i] - len([]rune(c))
-			if i >= 2 {
-				b.WriteString(strings.Repeat(" ", pad) + c)
-			} else {
-				b.WriteString(c + strings.Repeat(" ", pad))
+	if r.mainTable() {
+		fmt.Fprintf(&b, "\nMedian of %d runs per broker. %s.\n\n", r.cfg.Runs, ratioHeader)
+		line := func(row [5]string) {
+			for i, c := range row {
+				pad := width[i] - len([]rune(c))
+				if i >= 2 {
+					b.WriteString(strings.Repeat(" ", pad) + c)
+				} else {
+					b.WriteString(c + strings.Repeat(" ", pad))
+				}
+				if i < 4 {
+					b.WriteString("  ")
+				}
 			}
-			if i < 4 {
-				b.WriteString("  ")
-			}
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
+		line(header)
+		for _, row := range rows {
+			line(row)
+		}
 	}
-	line(header)
-	for _, row := range rows {
-		line(row)
+	for _, sec := range r.sections() {
+		fmt.Fprintf(&b, "\n%s\n%s\n\n", sec.title, sec.intro)
+		b.WriteString(textTable(sec.header, sec.rows, sec.right))
 	}
 	if r.ref.skip != "" {
 		fmt.Fprintf(&b, "\nRabbitMQ skipped: %s\n", r.ref.skip)
@@ -179,10 +215,16 @@ func (r *benchReport) markdown() string {
 	if r.interrupted {
 		b.WriteString("- **The bench was interrupted; some runs are missing.**\n")
 	}
-	fmt.Fprintf(&b, "\nMedian of %d runs per broker; runs alternate Warren, RabbitMQ, Warren, ... Each throughput and latency run publishes for %s, then waits for the consumers to drain. %s.\n\n", r.cfg.Runs, r.cfg.Duration, ratioHeader)
-	b.WriteString("| Scenario | Metric | Warren | RabbitMQ | Ratio |\n|---|---|---:|---:|---:|\n")
-	for _, row := range r.rows() {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", mdEscape(row[0]), mdEscape(row[1]), mdEscape(row[2]), mdEscape(row[3]), mdEscape(row[4]))
+	if r.mainTable() {
+		fmt.Fprintf(&b, "\nMedian of %d runs per broker; runs alternate Warren, RabbitMQ, Warren, ... Each throughput and latency run publishes for %s, then waits for the consumers to drain. %s.\n\n", r.cfg.Runs, r.cfg.Duration, ratioHeader)
+		b.WriteString("| Scenario | Metric | Warren | RabbitMQ | Ratio |\n|---|---|---:|---:|---:|\n")
+		for _, row := range r.rows() {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", mdEscape(row[0]), mdEscape(row[1]), mdEscape(row[2]), mdEscape(row[3]), mdEscape(row[4]))
+		}
+	}
+	for _, sec := range r.sections() {
+		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", sec.title, sec.intro)
+		b.WriteString(mdTable(sec.header, sec.rows, sec.right))
 	}
 	b.WriteString("\n## Scenarios\n\n")
 	for _, sc := range r.scenarios {
@@ -194,10 +236,19 @@ func (r *benchReport) markdown() string {
 			detail = fmt.Sprintf("Backlog: %s messages; fill and drain are each bounded by %s. ", fmtInt(uint64(r.cfg.Backlog)), r.cfg.BacklogTimeout) + detail
 		case "S8":
 			detail = fmt.Sprintf("Messages: %s; publishing and consuming are each bounded by %s. ", fmtInt(uint64(r.cfg.StreamMessages)), r.cfg.BacklogTimeout) + detail
+		case "S10":
+			large := "no large run"
+			if r.cfg.DeclareLargeQueues > r.cfg.DeclareQueues {
+				large = "large run: " + fmtInt(uint64(r.cfg.DeclareLargeQueues))
+			}
+			detail = fmt.Sprintf("Queues: %s (%s); %d channels on %d connection(s); each declare phase is bounded by %s. ",
+				fmtInt(uint64(r.cfg.DeclareQueues)), large, r.cfg.DeclareChannels, r.cfg.DeclareConnections, r.cfg.DeclareTimeout) + detail
 		}
 		fmt.Fprintf(&b, "- **%s %s.** %s\n", sc.id, r.title(sc), detail)
 	}
-	b.WriteString("\nEvery message body carries the producer id, a sequence number and the send time; for runs with publisher confirms the tool checks that every confirmed message was consumed (`lost` below would say otherwise).\n")
+	if r.mainTable() {
+		b.WriteString("\nEvery message body carries the producer id, a sequence number and the send time; for runs with publisher confirms the tool checks that every confirmed message was consumed (`lost` below would say otherwise).\n")
+	}
 	if notes := r.notes(); len(notes) > 0 {
 		b.WriteString("\n## Notes\n\n")
 		for _, n := range notes {

@@ -10,6 +10,7 @@ package perf
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -45,10 +46,11 @@ func Command() *cli.Command {
 			},
 			{
 				Name:   "bench",
-				Usage:  "run the S1-S9 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
+				Usage:  "run the S1-S14 scenario set against Warren and a reference RabbitMQ; write docs/benchmarks.md",
 				Flags:  benchFlags(),
 				Action: benchAction,
 			},
+			declareCommand(),
 		}, floorCommands()...),
 	}
 }
@@ -168,6 +170,11 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "backlog", Value: 1000000, Usage: "messages filled and drained by S7"},
 		&cli.DurationFlag{Name: "backlog-timeout", Value: 5 * time.Minute, Usage: "bound on each of S7's and S8's fill and drain"},
 		&cli.IntFlag{Name: "stream-messages", Value: 500000, Usage: "messages published to and consumed from the stream by S8"},
+		&cli.IntFlag{Name: "declare-queues", Value: 10000, Usage: "durable queues S10 declares and binds (its targets are set at 10,000)"},
+		&cli.IntFlag{Name: "declare-large-queues", Value: 100000, Usage: "queues of S10's large run (Warren only, once); 0: no large run"},
+		&cli.IntFlag{Name: "declare-channels", Value: 8, Usage: "channels declaring in parallel in S10"},
+		&cli.IntFlag{Name: "declare-connections", Value: defaultDeclareConnections, Usage: "connections S10's channels are spread over"},
+		&cli.DurationFlag{Name: "declare-timeout", Value: 5 * time.Minute, Usage: "bound on each of S10's declare phases (what was declared by then is measured)"},
 	}
 }
 
@@ -176,20 +183,25 @@ func benchAction(c *cli.Context) error {
 		return fmt.Errorf("perf bench takes flags only, got %q", c.Args().Slice())
 	}
 	cfg := BenchConfig{
-		WarrenURI:       c.String("warren-uri"),
-		WarrenBin:       c.String("warren-bin"),
-		RefURI:          c.String("ref-uri"),
-		RefNode:         c.String("ref-node"),
-		Runs:            c.Int("runs"),
-		Out:             c.String("out"),
-		Duration:        c.Duration("duration"),
-		IdleConnections: c.Int("idle-connections"),
-		Backlog:         c.Int("backlog"),
-		BacklogTimeout:  c.Duration("backlog-timeout"),
-		StreamMessages:  c.Int("stream-messages"),
-		CommandLine:     shellJoin(os.Args),
-		Stdout:          c.App.Writer,
-		Log:             c.App.ErrWriter,
+		WarrenURI:          c.String("warren-uri"),
+		WarrenBin:          c.String("warren-bin"),
+		RefURI:             c.String("ref-uri"),
+		RefNode:            c.String("ref-node"),
+		Runs:               c.Int("runs"),
+		Out:                c.String("out"),
+		Duration:           c.Duration("duration"),
+		IdleConnections:    c.Int("idle-connections"),
+		Backlog:            c.Int("backlog"),
+		BacklogTimeout:     c.Duration("backlog-timeout"),
+		StreamMessages:     c.Int("stream-messages"),
+		DeclareQueues:      c.Int("declare-queues"),
+		DeclareLargeQueues: c.Int("declare-large-queues"),
+		DeclareChannels:    c.Int("declare-channels"),
+		DeclareConnections: c.Int("declare-connections"),
+		DeclareTimeout:     c.Duration("declare-timeout"),
+		CommandLine:        shellJoin(os.Args),
+		Stdout:             c.App.Writer,
+		Log:                c.App.ErrWriter,
 	}
 	for _, s := range strings.Split(c.String("scenarios"), ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -217,4 +229,90 @@ func shellJoin(args []string) string {
 		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	return strings.Join(out, " ")
+}
+
+// defaultDeclareConnections is how many connections the declaring channels of `perf declare`
+// and S10 share by default.
+const defaultDeclareConnections = 1
+
+// declareCommand is `perf declare`: the declare rate of S10 against any broker.
+func declareCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "declare",
+		Usage: "declare durable queues, each bound to amq.direct, from parallel channels; report the rate; delete them",
+		Description: "Declares --queues durable classic queues, each bound to amq.direct with its name as\n" +
+			"routing key, from --channels channels in parallel, and reports queue+bind pairs per\n" +
+			"second overall and over the first and the last --window pairs. The queues are deleted\n" +
+			"afterwards unless --keep is given. `perf bench --scenarios S10` also measures restart and memory.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "uri", Value: DefaultURI, Usage: "AMQP `URI` of the broker"},
+			&cli.IntFlag{Name: "queues", Value: 10000, Usage: "queue+bind pairs to declare"},
+			&cli.IntFlag{Name: "channels", Value: 8, Usage: "channels declaring in parallel"},
+			&cli.IntFlag{Name: "connections", Value: defaultDeclareConnections, Usage: "connections the channels are spread over"},
+			&cli.StringFlag{Name: "queue-pattern", Value: "perf-declare-%d", Usage: "queue names, a fmt `PATTERN` with one %d numbered from 1"},
+			&cli.IntFlag{Name: "window", Value: declareWindow, Usage: "pairs over which the first and last rates are taken"},
+			&cli.DurationFlag{Name: "timeout", Usage: "stop declaring after this long and report what was declared; 0: no bound"},
+			&cli.BoolFlag{Name: "keep", Usage: "leave the declared queues in place"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr"},
+		},
+		Action: declareAction,
+	}
+}
+
+func declareAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("perf declare takes flags only, got %q", c.Args().Slice())
+	}
+	cfg := DeclareConfig{
+		URI: c.String("uri"), Queues: c.Int("queues"), Channels: c.Int("channels"), Connections: c.Int("connections"),
+		Pattern: c.String("queue-pattern"), Window: c.Int("window"), Timeout: c.Duration("timeout"),
+	}
+	if !c.Bool("quiet") {
+		cfg.Progress = c.App.ErrWriter
+	}
+	ctx, stop := signalContext(c)
+	defer stop()
+	res, err := Declare(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("perf declare: %w", err)
+	}
+	if !c.Bool("keep") {
+		began := time.Now()
+		// Interrupted or not, what was declared is deleted.
+		dctx, cancel := context.WithTimeout(context.Background(), refCleanupLimit)
+		defer cancel()
+		if err := deleteQueues(dctx, cfg.URI, cfg.Pattern, res.Declared, cfg.Channels); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "deleting the declared queues: %v\n", err)
+		} else if !c.Bool("quiet") {
+			fmt.Fprintf(c.App.ErrWriter, "deleted the %s declared queues in %.1f s\n", fmtInt(uint64(res.Declared)), time.Since(began).Seconds())
+		}
+	}
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, res); err != nil {
+			return err
+		}
+	} else if _, err := io.WriteString(c.App.Writer, describeDeclare(res)); err != nil {
+		return err
+	}
+	if res.FirstError != "" {
+		return fmt.Errorf("perf declare: %s", res.FirstError)
+	}
+	return nil
+}
+
+// describeDeclare is the human-readable result of `perf declare`.
+func describeDeclare(res *DeclareResult) string {
+	w := fmtInt(uint64(min(res.Window, res.Declared)))
+	s := fmt.Sprintf("declared %s of %s queue+bind pairs in %.2f s with %d channels on %d connection(s)\n"+
+		"rate    : %s pairs/s overall, %s over the first %s, %s over the last %s\n",
+		fmtInt(uint64(res.Declared)), fmtInt(uint64(res.Requested)), res.Seconds, res.Channels, res.Connections,
+		fmtRate(res.Rate), fmtRate(res.FirstRate), w, fmtRate(res.LastRate), w)
+	if res.TimedOut {
+		s += "stopped : the --timeout was reached\n"
+	}
+	if res.FirstError != "" {
+		s += "error   : " + res.FirstError + "\n"
+	}
+	return s
 }

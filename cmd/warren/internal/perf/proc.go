@@ -18,7 +18,7 @@ import (
 )
 
 // brokerProc is a Warren broker the bench starts itself: `<bin> serve` on a free loopback
-// port with a fresh temporary data directory each time it starts.
+// port with a fresh temporary data directory each time it starts (restart keeps both).
 type brokerProc struct {
 	bin    string
 	base   string // temporary directory holding data directories and logs
@@ -26,8 +26,15 @@ type brokerProc struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
+	addr   string        // host:port the broker listens on
 	uri    string
 	data   string
+
+	// name, port and extra serve a node of a bench-started cluster: a fixed AMQP port (0: a
+	// free one each start) and more `serve` flags.
+	name  string
+	port  int
+	extra []string
 }
 
 func newBrokerProc(bin string) (*brokerProc, error) {
@@ -45,22 +52,51 @@ func newBrokerProc(bin string) (*brokerProc, error) {
 	return &brokerProc{bin: bin, base: base}, nil
 }
 
-// start runs the broker and waits until it accepts AMQP connections.
+// start runs the broker on a new free port with a new data directory and waits until it
+// accepts AMQP connections.
 func (b *brokerProc) start(ctx context.Context) error {
-	b.starts++
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := b.port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
-	b.data = filepath.Join(b.base, fmt.Sprintf("data-%d", b.starts))
-	logPath := filepath.Join(b.base, fmt.Sprintf("warren-%d.log", b.starts))
+	b.data = filepath.Join(b.base, fmt.Sprintf("data%s-%d", b.name, b.starts+1))
+	b.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	b.uri = "amqp://guest:guest@" + b.addr + "/"
+	return b.launch(ctx, 50*time.Millisecond, 20*time.Second)
+}
+
+// restart stops the broker with SIGTERM and starts it again on the same data directory and
+// port. It returns how long the old process took to exit, and how long after the new one was
+// started its port accepted a TCP connection (polled every 10 ms, for at most limit).
+func (b *brokerProc) restart(ctx context.Context, limit time.Duration) (stopped, accepted time.Duration, err error) {
+	if b.cmd == nil {
+		return 0, 0, errors.New("broker not running")
+	}
+	began := time.Now()
+	b.stopKeepData()
+	stopped = time.Since(began)
+	began = time.Now()
+	if err := b.launch(ctx, 10*time.Millisecond, limit); err != nil {
+		return stopped, 0, err
+	}
+	return stopped, time.Since(began), nil
+}
+
+// launch runs `serve` on b.addr and b.data and polls the port until it accepts.
+func (b *brokerProc) launch(ctx context.Context, poll, limit time.Duration) error {
+	b.starts++
+	logPath := filepath.Join(b.base, fmt.Sprintf("warren%s-%d.log", b.name, b.starts))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return fmt.Errorf("create broker log: %w", err)
 	}
 	defer logFile.Close() // the child keeps its own descriptor
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(b.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn")
+	addr := b.addr
+	args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--data-dir", b.data, "--log-level", "warn"}, b.extra...)
+	cmd := exec.Command(b.bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	if err := cmd.Start(); err != nil {
@@ -68,12 +104,12 @@ func (b *brokerProc) start(ctx context.Context) error {
 	}
 	b.cmd = cmd
 	b.exited = make(chan struct{})
+	exited := b.exited
 	go func() {
 		_ = cmd.Wait()
-		close(b.exited)
+		close(exited)
 	}()
-	b.uri = "amqp://guest:guest@" + addr + "/"
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
@@ -81,16 +117,16 @@ func (b *brokerProc) start(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-b.exited:
+		case <-exited:
 			return fmt.Errorf("%s serve exited at start-up (log: %s)", b.bin, logPath)
 		case <-ctx.Done():
 			b.stop()
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(poll):
 		}
 		if time.Now().After(deadline) {
 			b.stop()
-			return fmt.Errorf("%s serve did not listen on %s within 20s (log: %s)", b.bin, addr, logPath)
+			return fmt.Errorf("%s serve did not listen on %s within %s (log: %s)", b.bin, addr, limit, logPath)
 		}
 	}
 }
@@ -108,6 +144,15 @@ func (b *brokerProc) stop() {
 	if b.cmd == nil {
 		return
 	}
+	b.stopKeepData()
+	_ = os.RemoveAll(b.data)
+}
+
+// stopKeepData is stop without removing the data directory.
+func (b *brokerProc) stopKeepData() {
+	if b.cmd == nil {
+		return
+	}
 	_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-b.exited:
@@ -116,7 +161,6 @@ func (b *brokerProc) stop() {
 		<-b.exited
 	}
 	b.cmd = nil
-	_ = os.RemoveAll(b.data)
 }
 
 // close stops the broker and removes the bench directory.

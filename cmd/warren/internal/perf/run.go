@@ -49,6 +49,13 @@ type RunConfig struct {
 	CMessages     uint64        // messages per consumer, then it stops; 0 = unlimited
 	Predeclared   bool          // queues and exchange exist: declare, bind and delete nothing
 	NoCleanup     bool          // leave declared queues and exchange in place afterwards
+	// Partitions, when positive, makes Exchange a super stream (Warren's x-super-stream exchange
+	// with that many partitions) instead of declaring queues: producers publish to it with routing
+	// keys that vary per message, consumers consume it (with ConsumerGroup, as one group).
+	Partitions    int
+	ConsumerGroup string     // x-stream-consumer-group of the consumers
+	ConsumerURI   string     // consumers connect here (default URI): another node of a cluster
+	StreamArgs    amqp.Table // extra arguments of declared streams (x-initial-cluster-size, ...)
 
 	// Client is the AMQP client of the producers and consumers: "amqp091" (default), the
 	// Go client applications use, or "lean", the tool's own single-goroutine client (see
@@ -148,6 +155,9 @@ func (c *RunConfig) validate() error {
 	case "direct", "fanout", "topic":
 	default:
 		return fmt.Errorf("unknown exchange type %q: want direct, fanout or topic", c.ExchangeType)
+	}
+	if c.Partitions > 0 && (c.QueueType != "stream" || c.ExchangeType != "direct") {
+		return errors.New("a super stream (partitions) needs --queue-type stream")
 	}
 	if c.Predeclared && c.Exchange == "" && c.ExchangeType == "fanout" {
 		return errors.New("--predeclared with a fanout exchange needs its name: --exchange NAME")
@@ -482,12 +492,27 @@ func (r *runner) declare(conn *amqp.Connection) error {
 		return fmt.Errorf("open setup channel: %w", err)
 	}
 	defer ch.Close()
+	if r.cfg.Partitions > 0 {
+		args := amqp.Table{"x-partitions": int64(r.cfg.Partitions)}
+		for k, v := range r.cfg.StreamArgs {
+			args[k] = v
+		}
+		if err := ch.ExchangeDeclare(r.cfg.Exchange, "x-super-stream", true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare super stream %q: %w", r.cfg.Exchange, err)
+		}
+		return nil
+	}
 	if err := ch.ExchangeDeclare(r.cfg.Exchange, r.cfg.ExchangeType, false, false, false, false, nil); err != nil {
 		return fmt.Errorf("declare %s exchange %q: %w", r.cfg.ExchangeType, r.cfg.Exchange, err)
 	}
 	durable := r.cfg.Persistent || r.cfg.QueueType != "classic"
 	for _, q := range r.queues {
 		args := amqp.Table{"x-queue-type": r.cfg.QueueType}
+		if r.cfg.QueueType == "stream" {
+			for k, v := range r.cfg.StreamArgs {
+				args[k] = v
+			}
+		}
 		if _, err := ch.QueueDeclare(q, durable, false, false, false, args); err != nil {
 			return fmt.Errorf("declare %s queue %q: %w", r.cfg.QueueType, q, err)
 		}
@@ -510,6 +535,12 @@ func (r *runner) cleanup(conn *amqp.Connection) {
 		return
 	}
 	defer ch.Close()
+	if r.cfg.Partitions > 0 {
+		if err := ch.ExchangeDelete(r.cfg.Exchange, false, false); err != nil {
+			r.addErr("cleanup: delete super stream %q: %v", r.cfg.Exchange, err)
+		}
+		return
+	}
 	for _, q := range r.queues {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			r.addErr("cleanup: delete queue %q: %v", q, err)
@@ -574,6 +605,15 @@ func (p *producer) publish(r *runner) {
 		msg.DeliveryMode = amqp.Persistent
 	}
 	send := func() error { return p.ch.Publish(p.exchange, p.key, false, false, msg) }
+	if r.cfg.Partitions > 0 {
+		var keyBuf []byte
+		var seq uint64
+		send = func() error {
+			seq++
+			keyBuf = strconv.AppendUint(append(keyBuf[:0], 'k'), seq%997, 10)
+			return p.ch.Publish(p.exchange, string(keyBuf), false, false, msg)
+		}
+	}
 	if p.lean != nil {
 		send = func() error { return p.lean.publish(p.exchange, p.key, msg.DeliveryMode, body) }
 	}
@@ -659,9 +699,20 @@ func get48(b []byte) uint64 {
 
 // startConsumers connects every consumer and waits for its consume-ok.
 func (r *runner) startConsumers() error {
-	var args amqp.Table
+	args := amqp.Table{}
 	if r.cfg.QueueType == "stream" && r.cfg.StreamOffset != "" {
-		args = amqp.Table{"x-stream-offset": streamOffset(r.cfg.StreamOffset)}
+		args["x-stream-offset"] = streamOffset(r.cfg.StreamOffset)
+	}
+	if r.cfg.ConsumerGroup != "" {
+		args["x-stream-consumer-group"] = r.cfg.ConsumerGroup
+	}
+	consumeFrom := func(i int) string { return r.queues[i] }
+	if r.cfg.Partitions > 0 {
+		consumeFrom = func(int) string { return r.cfg.Exchange }
+	}
+	uri := r.cfg.URI
+	if r.cfg.ConsumerURI != "" {
+		uri = r.cfg.ConsumerURI
 	}
 	var started []*consumer
 	fail := func(err error) error {
@@ -688,7 +739,7 @@ func (r *runner) startConsumers() error {
 			}
 			continue
 		}
-		conn, raw, err := dialRaw(r.cfg.URI, name)
+		conn, raw, err := dialRaw(uri, name)
 		if err != nil {
 			return fail(err)
 		}
@@ -703,8 +754,8 @@ func (r *runner) startConsumers() error {
 				return fail(fmt.Errorf("consumer %d: basic.qos: %w", i, err))
 			}
 		}
-		if c.deliveries, err = c.ch.Consume(r.queues[c.queue], "", r.cfg.AutoAck, false, false, false, args); err != nil {
-			return fail(fmt.Errorf("consumer %d: consume from %q: %w", i, r.queues[c.queue], err))
+		if c.deliveries, err = c.ch.Consume(consumeFrom(c.queue), "", r.cfg.AutoAck, false, false, false, args); err != nil {
+			return fail(fmt.Errorf("consumer %d: consume from %q: %w", i, consumeFrom(c.queue), err))
 		}
 	}
 	r.consMu.Lock()

@@ -20,7 +20,7 @@ test('connect', async (t) => {
 });
 
 test('connect bad credentials', async () => {
-  const url = URL.replace('guest:guest@', 'guest:wrong@');
+  const url = URL.replace(/(\/\/[^:/@]+:)[^@]*@/, '$1wrong@');
   await assert.rejects(amqp.connect(url), /ACCESS_REFUSED|403|closed|Handshake terminated/);
 });
 
