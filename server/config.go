@@ -16,6 +16,16 @@ type Config struct {
 	StartAbort <-chan struct{}
 	// AMQPListen is the TCP address of the AMQP 0-9-1 listener.
 	AMQPListen string
+	// StreamListen is the TCP address of the stream-protocol listener (RabbitMQ's 5552); empty
+	// turns it off.
+	StreamListen string
+	// StreamTLSListen is the TCP address of the stream protocol over TLS (off when empty), with
+	// the certificates of TLS (as the AMQPS listener).
+	StreamTLSListen string
+	// StreamAdvertisedHost and StreamAdvertisedPort are what stream clients are told to connect
+	// to (metadata, open); default the listener's address.
+	StreamAdvertisedHost string
+	StreamAdvertisedPort int
 	// DataDir holds the broker's data.
 	DataDir string
 	// Logger receives the broker's logs; nil means slog.Default().
@@ -85,6 +95,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		AMQPListen:          "127.0.0.1:5672",
+		StreamListen:        "127.0.0.1:5552",
 		DataDir:             "./warren-data",
 		Heartbeat:           60 * time.Second,
 		FrameMax:            131072,

@@ -19,6 +19,7 @@ import (
 	"warren/server/queue"
 	"warren/server/queue/streamq"
 	"warren/server/session"
+	"warren/server/streamproto"
 	"warren/server/tlsconf"
 	"warren/storage"
 )
@@ -33,6 +34,8 @@ type Server struct {
 	core *core.Broker
 	amqp *session.Server
 	tls  *tlsconf.Config // the AMQPS listener's, nil without one
+	// stream is the stream-protocol front-end (nil when its listeners are off).
+	stream *streamproto.Server
 
 	tlsAddr net.Addr
 
@@ -110,11 +113,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TLSLoginFrom == "" {
 		cfg.TLSLoginFrom = def.TLSLoginFrom
 	}
-	if cfg.AMQPSListen != "" {
+	if cfg.AMQPSListen != "" || cfg.StreamTLSListen != "" {
 		if s.tls, err = tlsconf.Load(cfg.TLS); err != nil {
 			node.Close()
 			db.Close()
-			return nil, fmt.Errorf("AMQPS listener: %w", err)
+			return nil, fmt.Errorf("TLS listener: %w", err)
 		}
 	}
 	b, err := core.New(core.Options{DB: db, Node: node, Join: cfg.ClusterJoin, Logger: cfg.Logger,
@@ -140,6 +143,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.newStreamFrontEnd()
 	return s, nil
 }
 
@@ -148,6 +152,10 @@ func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.AMQPListen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.AMQPListen, err)
+	}
+	if err := s.startStream(); err != nil {
+		ln.Close()
+		return err
 	}
 	s.mu.Lock()
 	s.started = true
@@ -197,6 +205,9 @@ func (s *Server) Version() string { return s.cfg.Version }
 // storage.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.amqp.Shutdown(ctx)
+	if serr := s.shutdownStream(ctx); err == nil {
+		err = serr
+	}
 	s.core.Close()
 	if cerr := s.node.Close(); cerr != nil {
 		s.log.Warn("cannot stop the cluster layer cleanly", "err", cerr)

@@ -85,13 +85,24 @@ func (cb *chunkBuilder) add(r *Record) error {
 		fv = []byte(r.FilterValue)
 	}
 	rec := r.Raw
-	if rec == nil {
+	if n, ok := SubBatchRecords(rec); ok {
+		e, _, err := osiris.NextEntry(rec)
+		if err != nil {
+			return err
+		}
+		if err := cb.b.AddSubBatch(e.Compression, n, e.UncompressedSize, e.Data, fv); err != nil {
+			return err
+		}
+		rec = nil
+	} else if rec == nil {
 		cb.scratch = appendNativeRecord(cb.scratch[:0], r)
 		rec = cb.scratch
 		cb.native = true
 	}
-	if err := cb.b.Add(rec, fv); err != nil {
-		return err
+	if rec != nil {
+		if err := cb.b.Add(rec, fv); err != nil {
+			return err
+		}
 	}
 	if r.PublisherID != "" {
 		cb.writers[r.PublisherID] = max(cb.writers[r.PublisherID], r.PublishingID)
@@ -100,6 +111,24 @@ func (cb *chunkBuilder) add(r *Record) error {
 		cb.writers[r.WriterID] = max(cb.writers[r.WriterID], r.WriterSeq)
 	}
 	return nil
+}
+
+// SubBatchRecords reports whether a Raw record is a sub-batch entry (see Record.Raw) and how
+// many records it holds.
+func SubBatchRecords(raw []byte) (uint16, bool) {
+	if len(raw) < 11 || raw[0]&0x80 == 0 {
+		return 0, false
+	}
+	n := binary.BigEndian.Uint16(raw[1:])
+	return n, n > 0
+}
+
+// recordCount is how many offsets r takes.
+func recordCount(r *Record) int {
+	if n, ok := SubBatchRecords(r.Raw); ok {
+		return int(n)
+	}
+	return 1
 }
 
 // finish returns the chunk (a new slice owned by the caller).

@@ -71,7 +71,10 @@ type Record struct {
 	FilterValue string // x-stream-filter-value of the publish ("" = none)
 	// Raw, when set on Append, is stored instead of Warren's record: an AMQP 1.0 message as a
 	// stream-protocol publisher sent it. On read it is the stored AMQP 1.0 message, and the fields
-	// above are its AMQP 0-9-1 mapping.
+	// above are its AMQP 0-9-1 mapping. A Raw whose first byte has the top bit set is an osiris
+	// sub-batch entry as a stream-protocol publisher framed it (flag and compression, record
+	// count, uncompressed and stored sizes, body): it is stored as one entry holding that many
+	// records (offsets), and deduplicated as one (SubBatchRecords).
 	Raw []byte
 	// Deduplication (not read back): a record whose PublishingID is not above the highest stored
 	// for PublisherID, or whose WriterSeq is not above the highest stored for WriterID, is dropped

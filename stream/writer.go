@@ -236,9 +236,10 @@ func (l *Log) writeSome(reqs []appendReq) int {
 			if rec.WriterID != "" {
 				overlay.note(rec.WriterID, rec.WriterSeq, cbFirst)
 			}
+			n := recordCount(rec)
 			curSize += sz
-			curRecs++
-			off++
+			curRecs += n
+			off += uint64(n)
 			kept++
 		}
 		end := max(off, waitFor)

@@ -78,6 +78,27 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						EnvVars: []string{"WARREN_AMQP_LISTEN"},
 					},
 					&cli.StringFlag{
+						Name:    "stream-listen",
+						Usage:   "TCP `ADDRESS` for RabbitMQ stream-protocol clients (5552); empty disables it",
+						Value:   server.DefaultConfig().StreamListen,
+						EnvVars: []string{"WARREN_STREAM_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "stream-tls-listen",
+						Usage:   "TCP `ADDRESS` for the stream protocol over TLS (RabbitMQ uses 5551); off by default",
+						EnvVars: []string{"WARREN_STREAM_TLS_LISTEN"},
+					},
+					&cli.StringFlag{
+						Name:    "stream-advertised-host",
+						Usage:   "`HOST` stream clients are told to connect to (metadata); default the listener's",
+						EnvVars: []string{"WARREN_STREAM_ADVERTISED_HOST"},
+					},
+					&cli.IntFlag{
+						Name:    "stream-advertised-port",
+						Usage:   "`PORT` stream clients are told to connect to (metadata); default the listener's",
+						EnvVars: []string{"WARREN_STREAM_ADVERTISED_PORT"},
+					},
+					&cli.StringFlag{
 						Name:    "http-listen",
 						Usage:   "TCP `ADDRESS` of the HTTP API (RabbitMQ's management API paths under /api); empty disables it",
 						Value:   defaultHTTPListen,
@@ -221,6 +242,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					cfg := server.DefaultConfig()
 					cfg.Version = version
 					cfg.AMQPListen = c.String("amqp-listen")
+					cfg.StreamListen = c.String("stream-listen")
+					cfg.StreamTLSListen = c.String("stream-tls-listen")
+					cfg.StreamAdvertisedHost = c.String("stream-advertised-host")
+					cfg.StreamAdvertisedPort = c.Int("stream-advertised-port")
 					cfg.DataDir = c.String("data-dir")
 					cfg.MemoryHighWatermark = c.Float64("memory-high-watermark")
 					if cfg.DiskFreeLimit, err = parseSize(c.String("disk-free-limit")); err != nil {

@@ -1,0 +1,202 @@
+package streamproto
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"warren/server/auth"
+	"warren/server/core"
+	"warren/server/streamproto/wire"
+	"warren/stream"
+	"warren/stream/replica"
+)
+
+// publisher is a declared publisher: its id on the connection, its reference (deduplication:
+// the same table as AMQP 0-9-1's x-publisher-id) and its stream.
+type publisher struct {
+	id     uint8
+	ref    string
+	stream string
+	rep    *replica.Replica
+}
+
+// streamQueue returns the stream called name in the connection's vhost.
+func (c *conn) streamQueue(name string) (core.StreamQueue, bool) {
+	q := c.vhost.Queue(name)
+	if q == nil {
+		return nil, false
+	}
+	sq, ok := q.Queue.(core.StreamQueue)
+	return sq, ok
+}
+
+func (c *conn) allowed(perm auth.Perm, name string) bool { return c.grant.Allows(perm, name) }
+
+func (c *conn) declarePublisher(frame []byte) error {
+	var m wire.DeclarePublisher
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	code := c.declarePublisherCode(&m)
+	c.respond(wire.CommandDeclarePublisher, m.CorrelationID, code)
+	return nil
+}
+
+func (c *conn) declarePublisherCode(m *wire.DeclarePublisher) wire.ResponseCode {
+	sq, ok := c.streamQueue(m.Stream)
+	if !ok {
+		return wire.ResponseCodeStreamDoesNotExist
+	}
+	if !c.allowed(auth.Write, m.Stream) {
+		return wire.ResponseCodeAccessRefused
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.publishers[m.PublisherID]; dup {
+		return wire.ResponseCodePreconditionFailed
+	}
+	if m.Reference != "" {
+		for _, p := range c.publishers {
+			if p.stream == m.Stream && p.ref == m.Reference {
+				return wire.ResponseCodePreconditionFailed
+			}
+		}
+	}
+	c.publishers[m.PublisherID] = &publisher{id: m.PublisherID, ref: m.Reference, stream: m.Stream, rep: sq.Replica()}
+	return wire.ResponseCodeOK
+}
+
+func (c *conn) deletePublisher(frame []byte) error {
+	var m wire.DeletePublisher
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	_, ok := c.publishers[m.PublisherID]
+	delete(c.publishers, m.PublisherID)
+	c.mu.Unlock()
+	code := wire.ResponseCodeOK
+	if !ok {
+		code = wire.ResponseCodePublisherDoesNotExist
+	}
+	c.respond(wire.CommandDeletePublisher, m.CorrelationID, code)
+	return nil
+}
+
+func (c *conn) queryPublisherSequence(frame []byte) error {
+	var m wire.QueryPublisherSequence
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	resp := &wire.QueryPublisherSequenceResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
+	sq, ok := c.streamQueue(m.Stream)
+	switch {
+	case !ok:
+		resp.Code = wire.ResponseCodeStreamDoesNotExist
+	case !c.allowed(auth.Read, m.Stream) && !c.allowed(auth.Write, m.Stream):
+		resp.Code = wire.ResponseCodeAccessRefused
+	case m.Reference != "":
+		resp.Sequence = sq.Replica().Log().WriterSequence(m.Reference)
+	}
+	c.write(resp)
+	return nil
+}
+
+// publish appends a publish frame's messages to the publisher's stream as one batch: they land
+// in one chunk (or a few, for a large batch) and are confirmed together.
+func (c *conn) publish(frame []byte) error {
+	m := &c.pub
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	if len(m.Messages) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	p := c.publishers[m.PublisherID]
+	c.mu.Unlock()
+	if p == nil {
+		c.publishError(m.PublisherID, m.Messages, wire.ResponseCodePublisherDoesNotExist)
+		return nil
+	}
+	size := 0
+	for i := range m.Messages {
+		size += len(m.Messages[i].Data) + 11
+	}
+	// One copy of the frame's messages: the frame buffer is reused by the next read, the stream
+	// keeps the records until they are stored.
+	arena := make([]byte, 0, size)
+	recs := make([]stream.Record, len(m.Messages))
+	ids := make([]uint64, len(m.Messages))
+	var bad []wire.PublishingError
+	n := 0
+	for i := range m.Messages {
+		pm := &m.Messages[i]
+		if pm.SubBatch && (pm.Records == 0 || pm.Compression > wire.MaxKnownCompression ||
+			pm.Compression == wire.CompressionNone && uint32(len(pm.Data)) != pm.UncompressedSize) {
+			bad = append(bad, wire.PublishingError{PublishingID: pm.PublishingID, Code: wire.ResponseCodePreconditionFailed})
+			continue
+		}
+		ids[n] = pm.PublishingID
+		start := len(arena)
+		if pm.SubBatch {
+			// The entry as osiris stores it (stream.Record.Raw): flag and compression, record
+			// count, uncompressed and stored sizes, body.
+			arena = append(arena, 0x80|byte(pm.Compression)<<4)
+			arena = binary.BigEndian.AppendUint16(arena, pm.Records)
+			arena = binary.BigEndian.AppendUint32(arena, pm.UncompressedSize)
+			arena = binary.BigEndian.AppendUint32(arena, uint32(len(pm.Data)))
+		}
+		arena = append(arena, pm.Data...)
+		r := &recs[n]
+		n++
+		r.Raw = arena[start:len(arena):len(arena)]
+		if len(pm.FilterValue) > 0 {
+			r.FilterValue = string(pm.FilterValue)
+		}
+		if p.ref != "" {
+			r.PublisherID, r.PublishingID = p.ref, pm.PublishingID
+		}
+	}
+	if len(bad) > 0 {
+		c.write(&wire.PublishError{PublisherID: m.PublisherID, Errors: bad})
+	}
+	recs, ids = recs[:n], ids[:n]
+	if n == 0 {
+		return nil
+	}
+	credit := int64(size) + int64(len(recs))*64
+	c.pubBytes.acquire(credit)
+	pid := m.PublisherID
+	out := c.out
+	p.rep.Publish(recs, func(err error) {
+		c.pubBytes.release(credit)
+		if err != nil {
+			code := wire.ResponseCodeInternalError
+			if errors.Is(err, stream.ErrClosed) || errors.Is(err, replica.ErrClosed) {
+				code = wire.ResponseCodeStreamNotAvailable
+			}
+			errs := make([]wire.PublishingError, len(ids))
+			for i, id := range ids {
+				errs[i] = wire.PublishingError{PublishingID: id, Code: code}
+			}
+			if b, e := (&wire.PublishError{PublisherID: pid, Errors: errs}).Append(nil); e == nil {
+				out.send(b)
+			}
+			return
+		}
+		if b, e := wire.AppendPublishConfirm(nil, pid, ids); e == nil {
+			out.send(b)
+		}
+	})
+	return nil
+}
+
+// publishError refuses every message of a publish frame with code.
+func (c *conn) publishError(pid uint8, msgs []wire.PublishedMessage, code wire.ResponseCode) {
+	errs := make([]wire.PublishingError, len(msgs))
+	for i := range msgs {
+		errs[i] = wire.PublishingError{PublishingID: msgs[i].PublishingID, Code: code}
+	}
+	c.write(&wire.PublishError{PublisherID: pid, Errors: errs})
+}

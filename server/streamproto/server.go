@@ -1,0 +1,268 @@
+// Package streamproto is Warren's front-end for RabbitMQ's binary stream protocol (port 5552),
+// the protocol of rabbitmq-stream-go-client, the Java and .NET stream clients, rstream and
+// rabbitmq-stream-js-client. It sits on the broker core (server/core) beside the AMQP 0-9-1
+// session and uses the same vhosts, streams, named offsets and deduplication table: a message
+// published here is read over AMQP 0-9-1 and the other way round.
+//
+// The codec is server/streamproto/wire. Chunks go from the stream log to the socket as stored
+// (stream.Log.ReadDeliveryChunk): the deliver frame's header, then the chunk's header and data
+// entries by reference in one writev; only chunks holding AMQP 0-9-1 records are converted.
+//
+// Goroutines: one accept loop per listener; per connection a reader (conn.serve: every command
+// is handled inline on it), a writer (outbound.run) and a heartbeat timer; per subscription one
+// reader of the log (subscription.run). Server.Shutdown waits for all of them.
+//
+// Lock order: conn.mu -> sacGroups.mu -> outbound.mu; subscription.mu -> outbound.mu;
+// publisher confirm callbacks take only outbound.mu. Server.mu is a leaf. No lock is held while
+// the core or a stream is called, except sacGroups.mu around nothing but its own map.
+package streamproto
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"warren/server/auth"
+	"warren/server/core"
+	"warren/server/streamproto/wire"
+)
+
+// Config configures the stream-protocol front-end.
+type Config struct {
+	Core   *core.Broker
+	Logger *slog.Logger
+	// Version is reported as the "version" peer property. Stream clients turn features on by
+	// it (filtering and command-version exchange need 3.13 or later), so the default is the
+	// RabbitMQ version whose protocol Warren speaks.
+	Version string
+	// FrameMax is the frame_max proposed in tune (default 1 MiB, RabbitMQ's).
+	FrameMax uint32
+	// Heartbeat is proposed in tune (default 60 s; 0 disables).
+	Heartbeat time.Duration
+	// AdvertisedHost and AdvertisedPort are what metadata and open tell clients to connect to
+	// (default: the listener's address; a wildcard listener advertises the host name).
+	AdvertisedHost string
+	AdvertisedPort int
+	// Authenticate checks a PLAIN login from remote; a non-nil error refuses it. A
+	// *LoopbackError refusal is answered with sasl_authentication_failure_loopback.
+	Authenticate func(user, pass string, remote net.Addr) error
+	// Grant returns user's permissions in vhost: nil, nil when the user has none there (open
+	// is refused); an error when the vhost does not exist.
+	Grant func(user, vhost string) (*auth.Grant, error)
+	// PublishBufferBytes bounds a connection's published bytes waiting for their confirm
+	// (default 64 MiB): the reader stops reading beyond it.
+	PublishBufferBytes int64
+	// OutboundBytes bounds a connection's bytes queued for the socket before subscriptions
+	// wait (default 4 MiB).
+	OutboundBytes int
+}
+
+// CompatVersion is the default "version" peer property: the RabbitMQ release whose stream
+// protocol this package implements.
+const CompatVersion = "4.0.0"
+
+// LoopbackError refuses a login because the user may only connect from loopback.
+type LoopbackError struct{ User string }
+
+func (e *LoopbackError) Error() string {
+	return fmt.Sprintf("user '%s' can only connect via localhost", e.User)
+}
+
+// Server serves stream-protocol clients.
+type Server struct {
+	cfg  Config
+	core *core.Broker
+	log  *slog.Logger
+	sac  sacGroups
+
+	mu      sync.Mutex
+	lns     []net.Listener
+	conns   map[*conn]struct{}
+	closing bool
+
+	wg sync.WaitGroup
+}
+
+// New creates the front-end; Serve starts it on a listener.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Version == "" {
+		cfg.Version = CompatVersion
+	}
+	if cfg.FrameMax == 0 {
+		cfg.FrameMax = wire.DefaultFrameMax
+	}
+	if cfg.PublishBufferBytes == 0 {
+		cfg.PublishBufferBytes = 64 << 20
+	}
+	if cfg.OutboundBytes == 0 {
+		cfg.OutboundBytes = 4 << 20
+	}
+	if cfg.Authenticate == nil {
+		cfg.Authenticate = func(string, string, net.Addr) error { return errors.New("no authentication configured") }
+	}
+	if cfg.Grant == nil {
+		cfg.Grant = func(string, string) (*auth.Grant, error) { return nil, nil }
+	}
+	s := &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger.With("protocol", "stream"), conns: make(map[*conn]struct{})}
+	s.sac.init()
+	return s
+}
+
+// Listen binds addr, with a clear error when it cannot (the port in use, say).
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stream protocol: listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections on ln in the background until Shutdown.
+func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
+
+// ServeTLS accepts TLS connections on ln (a TCP listener; the handshake runs on each
+// connection's goroutine) in the background until Shutdown.
+func (s *Server) ServeTLS(ln net.Listener, tc *tls.Config) { s.serve(ln, tc) }
+
+func (s *Server) serve(ln net.Listener, tc *tls.Config) {
+	s.mu.Lock()
+	s.lns = append(s.lns, ln)
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.acceptLoop(ln, tc)
+}
+
+// Addr returns the address of the first listener (nil before Serve).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lns) == 0 {
+		return nil
+	}
+	return s.lns[0].Addr()
+}
+
+// advertised returns the host and port metadata and open announce for a connection accepted
+// on local.
+func (s *Server) advertised(local net.Addr) (string, int) {
+	host, port := s.cfg.AdvertisedHost, s.cfg.AdvertisedPort
+	if ta, ok := local.(*net.TCPAddr); ok {
+		if host == "" {
+			host = ta.IP.String()
+			if ta.IP.IsUnspecified() {
+				if h, err := os.Hostname(); err == nil {
+					host = h
+				}
+			}
+		}
+		if port == 0 {
+			port = ta.Port
+		}
+	}
+	return host, port
+}
+
+func (s *Server) acceptLoop(ln net.Listener, tc *tls.Config) {
+	defer s.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+			} else if delay < time.Second {
+				delay *= 2
+			}
+			s.log.Warn("accept failed", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		if tcp, ok := nc.(*net.TCPConn); ok {
+			_ = tcp.SetNoDelay(true)
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		c := newConn(s, nc, tc)
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) removeConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes every connection (a close command with code
+// internal_error... no: RabbitMQ just drops stream connections at shutdown; Warren sends a close
+// first) and waits, bounded by ctx, for every goroutine to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	lns := s.lns
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.ForceClose(0, "broker shutdown")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// notifyStreamGone sends metadata_update to every connection with a publisher or subscription
+// on the stream (it was deleted here), as RabbitMQ does.
+func (s *Server) notifyStreamGone(vhost, stream string) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.streamGone(vhost, stream)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,294 @@
+package streamproto
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"warren/amqp"
+	"warren/server/auth"
+	"warren/server/core"
+	"warren/server/streamproto/wire"
+)
+
+// opTimeout bounds a create or delete (a metadata proposal in a cluster).
+const opTimeout = 30 * time.Second
+
+// codeOf maps the core's AMQP errors to stream response codes.
+func codeOf(err *amqp.Error) wire.ResponseCode {
+	switch err.Code {
+	case amqp.AccessRefused:
+		return wire.ResponseCodeAccessRefused
+	case amqp.PreconditionFailed, amqp.NotImplemented:
+		return wire.ResponseCodePreconditionFailed
+	case amqp.NotFound:
+		return wire.ResponseCodeStreamDoesNotExist
+	}
+	return wire.ResponseCodeInternalError
+}
+
+// streamArgs are the create-stream arguments RabbitMQ accepts (rabbit_stream_utils), as queue
+// arguments; numeric ones are sent as strings and must parse.
+var streamArgs = map[string]bool{
+	"max-length-bytes": true, "max-age": false, "stream-max-segment-size-bytes": true,
+	"initial-cluster-size": true, "queue-leader-locator": false, "stream-filter-size-bytes": true,
+}
+
+// queueArgs turns create-stream arguments into x-arguments (ok false: a bad value).
+func queueArgs(props []wire.Property) (amqp.Table, bool) {
+	args := amqp.Table{"x-queue-type": "stream"}
+	for _, p := range props {
+		numeric, known := streamArgs[p.Key]
+		if !known {
+			continue // RabbitMQ ignores unknown arguments
+		}
+		if numeric {
+			n, err := strconv.ParseInt(p.Value, 10, 64)
+			if err != nil {
+				return nil, false
+			}
+			args["x-"+p.Key] = n
+		} else {
+			args["x-"+p.Key] = p.Value
+		}
+	}
+	return args, true
+}
+
+func (c *conn) createStream(frame []byte) error {
+	var m wire.CreateStream
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	c.respond(wire.CommandCreateStream, m.CorrelationID, c.createStreamCode(m.Stream, m.Arguments))
+	return nil
+}
+
+func (c *conn) createStreamCode(name string, props []wire.Property) wire.ResponseCode {
+	if name == "" {
+		return wire.ResponseCodePreconditionFailed
+	}
+	if !c.allowed(auth.Configure, name) {
+		return wire.ResponseCodeAccessRefused
+	}
+	if q := c.vhost.Queue(name); q != nil {
+		if q.Kind() == "stream" {
+			return wire.ResponseCodeStreamAlreadyExists
+		}
+		return wire.ResponseCodePreconditionFailed
+	}
+	args, ok := queueArgs(props)
+	if !ok {
+		return wire.ResponseCodePreconditionFailed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	q, err := c.vhost.DeclareQueue(ctx, core.QueueDecl{Name: name, Durable: true, Args: args}, nil)
+	if err != nil {
+		return codeOf(err)
+	}
+	if q.Kind() != "stream" {
+		return wire.ResponseCodePreconditionFailed
+	}
+	return wire.ResponseCodeOK
+}
+
+func (c *conn) deleteStream(frame []byte) error {
+	var m wire.DeleteStream
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	code := wire.ResponseCodeOK
+	q := c.vhost.Queue(m.Stream)
+	switch {
+	case q == nil || q.Kind() != "stream":
+		code = wire.ResponseCodeStreamDoesNotExist
+	case !c.allowed(auth.Configure, m.Stream):
+		code = wire.ResponseCodeAccessRefused
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err := c.vhost.DeleteQueue(ctx, q, false, false, nil)
+		cancel()
+		if err != nil {
+			code = codeOf(err)
+		}
+	}
+	c.respond(wire.CommandDeleteStream, m.CorrelationID, code)
+	if code == wire.ResponseCodeOK {
+		c.s.notifyStreamGone(c.vhost.Name(), m.Stream)
+	}
+	return nil
+}
+
+// metadata answers with this node as every stream's leader: in Warren every node holds a
+// replica of every stream, publishes through any node reach the leader's log in order, and reads
+// are served from the local replica, so the node a client is connected to serves both roles.
+func (c *conn) metadata(frame []byte) error {
+	var m wire.Metadata
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	host, port := c.s.advertised(c.nc.LocalAddr())
+	resp := &wire.MetadataResponse{CorrelationID: m.CorrelationID, Brokers: []wire.Broker{{Reference: 0, Host: host, Port: uint32(port)}}}
+	for _, name := range m.Streams {
+		sm := wire.StreamMetadata{Stream: name, Code: wire.ResponseCodeOK, Leader: 0}
+		if _, ok := c.streamQueue(name); !ok {
+			sm.Code, sm.Leader = wire.ResponseCodeStreamDoesNotExist, wire.NoLeader
+		}
+		resp.Streams = append(resp.Streams, sm)
+	}
+	c.write(resp)
+	return nil
+}
+
+func (c *conn) streamStats(frame []byte) error {
+	var m wire.StreamStats
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	resp := &wire.StreamStatsResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
+	sq, ok := c.streamQueue(m.Stream)
+	switch {
+	case !ok:
+		resp.Code = wire.ResponseCodeStreamDoesNotExist
+	case !c.allowed(auth.Read, m.Stream):
+		resp.Code = wire.ResponseCodeAccessRefused
+	default:
+		l := sq.Replica().Log()
+		first, committed, last := int64(-1), int64(-1), int64(-1)
+		if next := l.Next(); next > l.First() {
+			first = int64(l.First())
+			committed = int64(l.LastChunk())
+			last = committed
+		}
+		resp.Stats = []wire.Stat{{Name: "committed_chunk_id", Value: committed}, {Name: "first_chunk_id", Value: first},
+			{Name: "last_chunk_id", Value: last}}
+	}
+	c.write(resp)
+	return nil
+}
+
+func (c *conn) exchangeCommandVersions(frame []byte) error {
+	var m wire.ExchangeCommandVersions
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	for _, cv := range m.Commands {
+		if cv.Key == wire.CommandDeliver && cv.MaxVersion >= wire.Version2 {
+			c.deliverV2 = true
+		}
+	}
+	c.write(&wire.ExchangeCommandVersionsResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK,
+		Commands: wire.ServerCommandVersions})
+	return nil
+}
+
+func (c *conn) partitions(frame []byte) error {
+	var m wire.Partitions
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	resp := &wire.StreamsResponse{Command: wire.CommandPartitions, CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
+	parts, ok := c.vhost.SuperStreamPartitions(m.SuperStream)
+	if !ok {
+		resp.Code = wire.ResponseCodeStreamDoesNotExist
+	}
+	resp.Streams = parts
+	c.write(resp)
+	return nil
+}
+
+func (c *conn) route(frame []byte) error {
+	var m wire.Route
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	resp := &wire.StreamsResponse{Command: wire.CommandRoute, CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
+	streams, ok := c.vhost.SuperStreamRoute(m.SuperStream, m.RoutingKey)
+	if !ok {
+		resp.Code = wire.ResponseCodeStreamDoesNotExist
+	}
+	resp.Streams = streams
+	c.write(resp)
+	return nil
+}
+
+func (c *conn) createSuperStream(frame []byte) error {
+	var m wire.CreateSuperStream
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	c.respond(wire.CommandCreateSuperStream, m.CorrelationID, c.createSuperStreamCode(&m))
+	return nil
+}
+
+func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCode {
+	n := len(m.Partitions)
+	if m.Name == "" || n == 0 || len(m.BindingKeys) != n {
+		return wire.ResponseCodePreconditionFailed
+	}
+	if !c.allowed(auth.Configure, m.Name) {
+		return wire.ResponseCodeAccessRefused
+	}
+	for _, p := range m.Partitions {
+		if !c.allowed(auth.Configure, p) {
+			return wire.ResponseCodeAccessRefused
+		}
+	}
+	// Warren's super streams have RabbitMQ's default layout: partitions S-0..S-{N-1} bound
+	// with keys "0".."N-1" (core.VHost.DeclareExchange with x-partitions).
+	for i := range n {
+		if m.Partitions[i] != m.Name+"-"+strconv.Itoa(i) || m.BindingKeys[i] != strconv.Itoa(i) {
+			return wire.ResponseCodePreconditionFailed
+		}
+	}
+	if _, ok := c.vhost.SuperStreamPartitions(m.Name); ok {
+		return wire.ResponseCodeStreamAlreadyExists
+	}
+	for _, p := range m.Partitions {
+		if c.vhost.Queue(p) != nil {
+			return wire.ResponseCodeStreamAlreadyExists
+		}
+	}
+	qargs, ok := queueArgs(m.Arguments)
+	if !ok {
+		return wire.ResponseCodePreconditionFailed
+	}
+	delete(qargs, "x-queue-type")
+	qargs["x-partitions"] = int64(n)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := c.vhost.DeclareExchange(ctx, core.ExchangeDecl{Name: m.Name, Type: core.SuperStreamType, Durable: true, Args: qargs}); err != nil {
+		return codeOf(err)
+	}
+	return wire.ResponseCodeOK
+}
+
+func (c *conn) deleteSuperStream(frame []byte) error {
+	var m wire.DeleteSuperStream
+	if err := m.Decode(frame); err != nil {
+		return err
+	}
+	code := wire.ResponseCodeOK
+	parts, ok := c.vhost.SuperStreamPartitions(m.Name)
+	switch {
+	case !ok:
+		code = wire.ResponseCodeStreamDoesNotExist
+	case !c.allowed(auth.Configure, m.Name):
+		code = wire.ResponseCodeAccessRefused
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := c.vhost.DeleteExchange(ctx, m.Name, false)
+		cancel()
+		if err != nil {
+			code = codeOf(err)
+		}
+	}
+	c.respond(wire.CommandDeleteSuperStream, m.CorrelationID, code)
+	if code == wire.ResponseCodeOK {
+		for _, p := range parts {
+			c.s.notifyStreamGone(c.vhost.Name(), p)
+		}
+	}
+	return nil
+}
