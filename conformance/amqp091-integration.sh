@@ -62,7 +62,7 @@ if [[ -z ${AMQP_URL:-} ]]; then
   mkdir -p "$work/data"
   # The suite's connection-recovery tests find and force-close their connections through the
   # management API, which they expect on localhost:15672 with guest/guest.
-  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "$HTTP_LISTEN" --prometheus-listen "" --data-dir "$work/data" >"$work/warren.log" 2>&1 &
+  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "$HTTP_LISTEN" --prometheus-listen "" --stream-listen "" --data-dir "$work/data" >"$work/warren.log" 2>&1 &
   warren_pid=$!
   addr=""
   for _ in $(seq 1 150); do

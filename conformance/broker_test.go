@@ -194,7 +194,7 @@ func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 			out:  &syncBuffer{},
 			done: make(chan struct{}),
 		}
-		args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--data-dir", dataDir}, extraArgs...)
+		args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", dataDir}, extraArgs...)
 		b.cmd = exec.Command(bin, args...)
 		b.cmd.Stdout = b.out
 		b.cmd.Stderr = b.out

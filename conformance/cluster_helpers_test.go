@@ -151,6 +151,7 @@ func (nd *clusterNode) args() []string {
 		"--amqp-listen", nd.AMQPAddr,
 		"--http-listen", "",
 		"--prometheus-listen", "",
+		"--stream-listen", "",
 		"--data-dir", nd.dir,
 		"--node-id", nd.ID,
 		"--cluster-listen", nd.ClusterAddr,

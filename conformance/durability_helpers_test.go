@@ -242,7 +242,7 @@ func serveToExit(t testing.TB, dataDir string, d time.Duration) (int, string) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--data-dir", dataDir)
+	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", dataDir)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -93,7 +93,7 @@ func TestServeAddressInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
-	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--data-dir", t.TempDir())
+	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", t.TempDir())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

@@ -78,6 +78,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("WARREN_AMQP_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_HTTP_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_PROMETHEUS_LISTEN", "127.0.0.1:0")
+	t.Setenv("WARREN_STREAM_LISTEN", "127.0.0.1:0")
 	t.Setenv("WARREN_DATA_DIR", t.TempDir())
 	t.Setenv("WARREN_LOG_LEVEL", "debug")
 

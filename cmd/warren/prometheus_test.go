@@ -20,7 +20,7 @@ func runServe(t *testing.T, args ...string) (*syncBuffer, chan error, context.Ca
 	var out bytes.Buffer
 	logs := &syncBuffer{}
 	done := make(chan error, 1)
-	full := append([]string{"warren", "serve", "--amqp-listen", "127.0.0.1:0", "--http-listen", "", "--data-dir", t.TempDir()}, args...)
+	full := append([]string{"warren", "serve", "--amqp-listen", "127.0.0.1:0", "--http-listen", "", "--stream-listen", "", "--data-dir", t.TempDir()}, args...)
 	go func() { done <- newApp(&out, logs).RunContext(ctx, full) }()
 	return logs, done, cancel
 }

@@ -33,7 +33,7 @@ printf "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n
 openssl x509 -req -in "$work/server.csr" -CA "$SPEC/spec/tls/ca_certificate.pem" -CAkey "$SPEC/spec/tls/ca_key.pem" \
   -CAcreateserial -CAserial "$work/ca.srl" -days 7 -extfile "$work/ext.cnf" -out "$work/server_certificate.pem" 2>/dev/null
 
-"$BIN" serve --amqp-listen 127.0.0.1:5672 --http-listen 127.0.0.1:15672 --prometheus-listen "" --data-dir "$work/data" --log-level warn \
+"$BIN" serve --amqp-listen 127.0.0.1:5672 --http-listen 127.0.0.1:15672 --prometheus-listen "" --stream-listen "" --data-dir "$work/data" --log-level warn \
   --amqps-listen 127.0.0.1:5671 --tls-cert "$work/server_certificate.pem" --tls-key "$work/server_key.pem" \
   --tls-ca "$SPEC/spec/tls/ca_certificate.pem" >"$work/warren.log" 2>&1 &
 warren=$!

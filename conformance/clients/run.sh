@@ -63,7 +63,7 @@ start_warren() {
   local n=$1
   mkdir -p "$work/data$n"
   warren_log=$RESULTS_DIR/warren$n.log
-  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "" --prometheus-listen "" --data-dir "$work/data$n" >"$warren_log" 2>&1 &
+  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "" --prometheus-listen "" --stream-listen "" --data-dir "$work/data$n" >"$warren_log" 2>&1 &
   warren_pid=$!
   local addr=""
   for _ in $(seq 1 150); do

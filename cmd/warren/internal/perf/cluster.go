@@ -185,7 +185,7 @@ func startWarrenCluster(ctx context.Context, bin string, n int, profileDir strin
 			return nil, fmt.Errorf("create node log: %w", err)
 		}
 		cmd := exec.Command(bin, "serve", "--amqp-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			"--http-listen", "", "--data-dir", data, "--log-level", "warn",
+			"--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", data, "--log-level", "warn",
 			"--node-id", nd.id, "--cluster-listen", nd.clusterAddr, "--cluster-peers", strings.Join(peers, ","))
 		if profileDir != "" {
 			cmd.Args = append(cmd.Args, "--cpu-profile", filepath.Join(profileDir, nd.id+".prof"),

@@ -95,7 +95,7 @@ func (b *brokerProc) launch(ctx context.Context, poll, limit time.Duration) erro
 	}
 	defer logFile.Close() // the child keeps its own descriptor
 	addr := b.addr
-	args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--data-dir", b.data, "--log-level", "warn"}, b.extra...)
+	args := append([]string{"serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", b.data, "--log-level", "warn"}, b.extra...)
 	cmd := exec.Command(b.bin, args...)
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

@@ -137,7 +137,7 @@ func backlogOne(ctx context.Context, cfg BacklogConfig, label, bin string) (Back
 		if n.log, err = os.Create(filepath.Join(base, n.id+".log")); err != nil {
 			return res, err
 		}
-		n.cmd = exec.Command(bin, "serve", "--amqp-listen", n.amqpAddr, "--http-listen", "", "--data-dir", n.dir,
+		n.cmd = exec.Command(bin, "serve", "--amqp-listen", n.amqpAddr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", n.dir,
 			"--node-id", n.id, "--cluster-listen", n.clusterAddr, "--cluster-peers", strings.Join(peers, ","))
 		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 		if err := n.cmd.Start(); err != nil {
