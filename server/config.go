@@ -16,8 +16,8 @@ type Config struct {
 	StartAbort <-chan struct{}
 	// AMQPListen is the TCP address of the AMQP 0-9-1 listener.
 	AMQPListen string
-	// StreamListen is the TCP address of the stream-protocol listener (RabbitMQ's 5552); empty
-	// turns it off.
+	// StreamListen is the TCP address of the stream-protocol listener; empty (DefaultConfig's
+	// value) turns it off. `warren serve` defaults it to 127.0.0.1:5552, RabbitMQ's port.
 	StreamListen string
 	// StreamTLSListen is the TCP address of the stream protocol over TLS (off when empty), with
 	// the certificates of TLS (as the AMQPS listener).
@@ -95,7 +95,6 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		AMQPListen:          "127.0.0.1:5672",
-		StreamListen:        "127.0.0.1:5552",
 		DataDir:             "./warren-data",
 		Heartbeat:           60 * time.Second,
 		FrameMax:            131072,

@@ -56,6 +56,10 @@ func main() {
 }
 
 // newApp builds the command-line application; stdout and stderr are where it writes.
+// defaultStreamListen is --stream-listen's default, RabbitMQ's stream port on loopback. It is
+// not in server.DefaultConfig, so brokers built in tests open no fixed port unless asked to.
+const defaultStreamListen = "127.0.0.1:5552"
+
 func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:        "warren",
@@ -80,7 +84,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{
 						Name:    "stream-listen",
 						Usage:   "TCP `ADDRESS` for RabbitMQ stream-protocol clients (5552); empty disables it",
-						Value:   server.DefaultConfig().StreamListen,
+						Value:   defaultStreamListen,
 						EnvVars: []string{"WARREN_STREAM_LISTEN"},
 					},
 					&cli.StringFlag{
