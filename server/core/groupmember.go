@@ -8,6 +8,7 @@ import (
 	"warren/amqp"
 	"warren/exchange"
 	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // The node side of consumer groups: a basic.consume with x-stream-consumer-group joins the
@@ -61,7 +62,9 @@ func (v *VHost) GroupQueue(name string, g any) (*Queue, *amqp.Error) {
 		}
 	}
 	h := &groupHandle{v: v, key: groupKey{v.name, name, group}, parts: parts}
-	return &Queue{Queue: h, vhost: v, name: name, kind: "stream", durable: true}, nil
+	// The handle's counters are its own and registered nowhere: deliveries through a group count
+	// on the channel (and so in the node's totals), not on the partitions' queue objects.
+	return &Queue{Queue: h, vhost: v, name: name, kind: "stream", durable: true, counters: new(stats.Object)}, nil
 }
 
 // GroupPartitions returns the partition streams of a queue GroupQueue returned (the stream itself
