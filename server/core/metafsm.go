@@ -365,6 +365,15 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 	if applied <= b.applied.Load() {
 		return nil
 	}
+	// Earlier applies queued their records for the group committer; wait until those are written
+	// so the scan below sees them (commits complete in submission order), or a record applied just
+	// before the snapshot arrived would survive it.
+	var flush storage.Batch
+	flush.UseReserve()
+	flush.Set(appliedKey(), binary.BigEndian.AppendUint64(nil, b.applied.Load()))
+	if err := b.db.CommitSync(&flush); err != nil {
+		return wrap("write queued metadata before a restore", err)
+	}
 	have := make(map[string][]byte)
 	for _, kind := range replicatedKinds {
 		if err := b.db.Scan([]byte{storage.PrefixMeta, kind}, false, func(k, v []byte) error {

@@ -86,6 +86,13 @@ func TestSnapshotRestoresAccessRecords(t *testing.T) {
 
 	b := newTestBroker(t, "other")
 	must(b.PutVHost(ctx, VHostInfo{Name: "gone"}))
+	// The record is committed; wait until this node has applied it (the vhost is open), so the
+	// restore below replaces a state that has it rather than racing its application.
+	for deadline := time.Now().Add(5 * time.Second); b.VHost("gone") == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("vhost gone not applied within 5s")
+		}
+	}
 	must((&metaFSM{b: b}).Restore(io.NopCloser(&sink)))
 
 	if _, ok := b.LookupVHost("v"); !ok || b.VHost("v") == nil {
