@@ -183,7 +183,11 @@ func ConnContext(ctx context.Context, _ net.Conn) context.Context {
 func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 	p, err := a.authenticate(r)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+		// A script's request (the web console's, marked as XHR libraries mark them) gets no
+		// challenge, so the browser does not open its own login dialog over the page's.
+		if r.Header.Get("X-Requested-With") != "XMLHttpRequest" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+		}
 		reason := "Login failed"
 		var le *auth.LoginError
 		if errors.As(err, &le) && strings.Contains(le.Reason, "can only connect via localhost") {

@@ -10,7 +10,7 @@ const rateHistory = { publish: [], deliver_get: [], ack: [] };
 function creds() { return sessionStorage.getItem("warren-auth"); }
 
 async function api(method, path, body) {
-  const opts = { method, headers: { Authorization: "Basic " + creds() } };
+  const opts = { method, headers: { Authorization: "Basic " + creds(), "X-Requested-With": "XMLHttpRequest" } };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
@@ -293,7 +293,7 @@ async function renderConnections() {
       <td>${esc((c.client_properties || {}).product || "")}</td><td class="num">${esc(c.channels)}</td>
       <td><button class="danger" data-close="${esc(c.name)}">Close</button></td></tr>`));
   view().querySelectorAll("[data-close]").forEach(b => b.onclick = async () => {
-    try { await fetch("/api/connections/" + enc(b.dataset.close), { method: "DELETE", headers: { Authorization: "Basic " + creds(), "X-Reason": "Closed from the Warren console" } }); renderConnections(); }
+    try { await fetch("/api/connections/" + enc(b.dataset.close), { method: "DELETE", headers: { Authorization: "Basic " + creds(), "X-Requested-With": "XMLHttpRequest", "X-Reason": "Closed from the Warren console" } }); renderConnections(); }
     catch (e) { setStatus(e.message); }
   });
   $("#ch-list").innerHTML = table(["Channel", "User", "Mode", "Prefetch", "Unacked", "Consumers", "Publish/s", "Deliver/get/s", "Ack/s"],
