@@ -29,7 +29,7 @@ type broker struct {
 	api     string // http://127.0.0.1:PORT
 }
 
-func startBroker(t *testing.T) *broker {
+func startBroker(t testing.TB) *broker {
 	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
