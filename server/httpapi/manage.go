@@ -765,12 +765,13 @@ func (a *api) bindingsBetween(w http.ResponseWriter, r *http.Request, args []str
 }
 
 func (a *api) findBinding(vhost string, want exchange.Binding, key string) (bindingView, bool) {
+	// The path's segment arrives unescaped; the key may have been sent escaped or not.
 	for _, bv := range a.allBindings(vhost) {
 		b := bv.b
-		if b.Source == want.Source && b.Dest == want.Dest && b.DestKind == want.DestKind && propertiesKey(b) == url.PathEscape(key) {
-			return bv, true
+		if b.Source != want.Source || b.Dest != want.Dest || b.DestKind != want.DestKind {
+			continue
 		}
-		if b.Source == want.Source && b.Dest == want.Dest && b.DestKind == want.DestKind && propertiesKey(b) == key {
+		if pk := propertiesKey(b); pk == key || pk == url.PathEscape(key) {
 			return bv, true
 		}
 	}
