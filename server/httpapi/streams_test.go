@@ -11,8 +11,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// send sends a request with a JSON body and returns the status and the body.
-func (b *broker) send(t *testing.T, method, path, body string) (int, string) {
+// sendRaw sends a request with a raw JSON body and returns the status and the body.
+func (b *broker) sendRaw(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, b.api+path, bytes.NewBufferString(body))
 	if err != nil {
@@ -152,7 +152,7 @@ func TestConsumerGroupLagAndReset(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Moving offsets while the group has a member: 409.
-	if code, body := b.send(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"first"}`); code != 409 {
+	if code, body := b.sendRaw(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"first"}`); code != 409 {
 		t.Fatalf("reset with a member: %d %s", code, body)
 	}
 	if err := mch.Cancel("m1", false); err != nil {
@@ -161,7 +161,7 @@ func TestConsumerGroupLagAndReset(t *testing.T) {
 	_ = mch.Close()
 	deadline = time.Now().Add(5 * time.Second)
 	for {
-		code, body := b.send(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"first"}`)
+		code, body := b.sendRaw(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"first"}`)
 		if code == 204 {
 			break
 		}
@@ -170,10 +170,10 @@ func TestConsumerGroupLagAndReset(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if code, _ := b.send(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"soon"}`); code != 400 {
+	if code, _ := b.sendRaw(t, "PUT", "/api/stream/consumer-groups/%2F/cg/g/offsets", `{"offset":"soon"}`); code != 400 {
 		t.Fatalf("bad offset: %d", code)
 	}
-	if code, _ := b.send(t, "PUT", "/api/stream/consumer-groups/%2F/nope/g/offsets", `{"offset":"first"}`); code != 404 {
+	if code, _ := b.sendRaw(t, "PUT", "/api/stream/consumer-groups/%2F/nope/g/offsets", `{"offset":"first"}`); code != 404 {
 		t.Fatalf("missing super stream: %d", code)
 	}
 	// A new member starts from the first offset again: all 10.

@@ -219,7 +219,8 @@ func (r *Registry) Inc(k Kind) { r.node.Inc(k) }
 
 // NewObject registers the counters of a new channel or queue; Release them when it goes away.
 func (r *Registry) NewObject(scope Scope, l Labels) *Object {
-	o := &Object{scope: scope, labels: l}
+	// The baseline is zero at creation, so the first sample already has a rate.
+	o := &Object{scope: scope, labels: l, lastT: time.Now()}
 	r.mu.Lock()
 	r.objs[o] = struct{}{}
 	r.mu.Unlock()

@@ -88,6 +88,18 @@ func TestRates(t *testing.T) {
 	}
 }
 
+// TestFirstSampleHasARate: an object created between samples gets a rate at the first sample
+// it sees (its baseline is zero at creation).
+func TestFirstSampleHasARate(t *testing.T) {
+	r := NewRegistry()
+	o := r.NewObject(ScopeQueue, Labels{})
+	o.Add(Published, 10)
+	r.Sample(time.Now().Add(time.Second))
+	if got := o.Snapshot().Rates[Published]; got <= 0 {
+		t.Fatalf("rate after the first sample = %v, want > 0", got)
+	}
+}
+
 func TestConcurrentCounting(t *testing.T) {
 	r := NewRegistry()
 	ch := r.NewObject(ScopeChannel, Labels{})
