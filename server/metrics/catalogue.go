@@ -29,6 +29,8 @@ type Info struct {
 	// ObjectLabels are the labels of the per-object series (vhost, queue, connection, channel).
 	ObjectLabels []string
 	Scope        Scope
+	// Histogram families are Prometheus histograms (_bucket, _sum, _count); Type is then unused.
+	Histogram bool
 }
 
 // family is a metric family with its descriptors for both endpoints.
@@ -82,6 +84,7 @@ type catalogue struct {
 
 	// Storage (Warren's own).
 	storeCommits, storeTxns, storeOps, storeLSM, storeVlog *family
+	storeRoundSeconds, storeRoundBatches                   *family
 }
 
 // globalCounter is a rabbitmq_global_messages_* family: the sum of kinds of the node's totals.
@@ -251,6 +254,10 @@ func newCatalogue() *catalogue {
 	c.storeOps = node("warren_storage_operations_total", counter, "Set and delete operations written by the storage engine")
 	c.storeLSM = node("warren_storage_lsm_bytes", gauge, "Disk space used by the storage engine's LSM tree")
 	c.storeVlog = node("warren_storage_vlog_bytes", gauge, "Disk space used by the storage engine's value log")
+	c.storeRoundSeconds = node("warren_storage_commit_round_seconds", untyped, "Time the storage engine's group committer took to write and fsync one round of batches")
+	c.storeRoundSeconds.Histogram = true
+	c.storeRoundBatches = node("warren_storage_commit_round_batches", untyped, "Write batches merged into one group-commit round (one fsync per round): the group-commit batch size")
+	c.storeRoundBatches.Histogram = true
 	return c
 }
 

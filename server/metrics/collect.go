@@ -199,6 +199,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.storeOps, float64(st.Ops))
 	node(cat.storeLSM, float64(st.LSMBytes))
 	node(cat.storeVlog, float64(st.VlogBytes))
+	if st.RoundSeconds.Buckets != nil {
+		ch <- prometheus.MustNewConstHistogram(cat.storeRoundSeconds.agg, st.RoundSeconds.Count, st.RoundSeconds.Sum, st.RoundSeconds.Buckets)
+		ch <- prometheus.MustNewConstHistogram(cat.storeRoundBatches.agg, st.RoundBatches.Count, st.RoundBatches.Sum, st.RoundBatches.Buckets)
+	}
 }
 
 // sumKinds adds the values of kinds.

@@ -238,6 +238,9 @@ func TestGaugesFollowTraffic(t *testing.T) {
 	if v := mustValue(t, agg, "warren_storage_commits_total", nil); v < 1 {
 		t.Errorf("warren_storage_commits_total = %v after declares", v)
 	}
+	if h := agg["warren_storage_commit_round_batches"]; h.GetType() != dto.MetricType_HISTOGRAM || h.GetMetric()[0].GetHistogram().GetSampleCount() < 1 {
+		t.Errorf("warren_storage_commit_round_batches: %v", h)
+	}
 
 	per := b.scrape(t, "/metrics/per-object")
 	for _, c := range []struct {
