@@ -184,11 +184,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	node(cat.openSockets, float64(len(conns)))
 
-	// Logins: the core counts AMQP and HTTP logins together (docs/differences.md).
-	ok, failed := core.AuthAttempts()
-	node(cat.authTotal, float64(ok+failed), "all")
-	node(cat.authSucceeded, float64(ok), "all")
-	node(cat.authFailed, float64(failed), "all")
+	// Logins by protocol: the stream protocol's are counted with AMQP 0-9-1's.
+	aok, afailed, hok, hfailed := core.AuthAttemptsByProtocol()
+	for _, p := range []struct {
+		proto      string
+		ok, failed uint64
+	}{{"amqp091", aok, afailed}, {"http", hok, hfailed}} {
+		node(cat.authTotal, float64(p.ok+p.failed), p.proto)
+		node(cat.authSucceeded, float64(p.ok), p.proto)
+		node(cat.authFailed, float64(p.failed), p.proto)
+	}
 
 	node(cat.identity, 1, c.s.NodeName(), c.s.NodeName(), c.s.NodeName())
 	node(cat.build, 1, c.version, c.version, clientVersion(), runtime.Version())

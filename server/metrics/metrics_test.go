@@ -232,8 +232,11 @@ func TestGaugesFollowTraffic(t *testing.T) {
 	if v := mustValue(t, agg, "rabbitmq_process_resident_memory_bytes", nil); v <= 0 {
 		t.Errorf("rabbitmq_process_resident_memory_bytes = %v", v)
 	}
-	if v := mustValue(t, agg, "rabbitmq_auth_attempts_succeeded_total", nil); v < 1 {
-		t.Errorf("rabbitmq_auth_attempts_succeeded_total = %v after a login", v)
+	if v := mustValue(t, agg, "rabbitmq_auth_attempts_succeeded_total", map[string]string{"protocol": "amqp091"}); v != 1 {
+		t.Errorf("rabbitmq_auth_attempts_succeeded_total{protocol=amqp091} = %v after one AMQP login", v)
+	}
+	if v := mustValue(t, agg, "rabbitmq_auth_attempts_total", map[string]string{"protocol": "http"}); v != 0 {
+		t.Errorf("rabbitmq_auth_attempts_total{protocol=http} = %v without HTTP logins", v)
 	}
 	if v := mustValue(t, agg, "warren_storage_commits_total", nil); v < 1 {
 		t.Errorf("warren_storage_commits_total = %v after declares", v)
