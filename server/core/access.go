@@ -127,7 +127,7 @@ type accessState struct {
 	// loginsOK and loginsFailed count AMQP (and stream) logins; httpOK and httpFailed the
 	// HTTP API's (LoginHTTP).
 	httpOK, httpFailed atomic.Uint64
-	initDone               chan struct{} // closed once the init record is applied
+	initDone           chan struct{} // closed once the init record is applied
 }
 
 func (a *accessState) init() {
