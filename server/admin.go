@@ -1,12 +1,15 @@
 package server
 
 import (
+	"crypto/x509"
 	"net"
 
 	"warren/amqp"
 	"warren/server/auth"
 	"warren/server/cluster"
 	"warren/server/core"
+	"warren/server/queue"
+	"warren/server/stats"
 )
 
 // This file is the node's view for operators' tools (the HTTP API): what is connected and
@@ -41,6 +44,12 @@ type QueueInfo struct {
 	// EffectivePolicyDefinition is their merged definition, as RabbitMQ's API shows it.
 	Policy, OperatorPolicy    string
 	EffectivePolicyDefinition map[string]any
+	// Stats are the queue type's counts (a stream's records, offsets and segments included);
+	// Traffic its message counters with the rates of the last sample.
+	Stats   queue.Stats
+	Traffic stats.Snapshot
+	// GroupID is the raft group of a replicated queue (0 if not replicated).
+	GroupID uint64
 }
 
 // Queues lists the declared queues of every vhost, by vhost then name.
@@ -75,7 +84,23 @@ func queueInfo(q *core.Queue) QueueInfo {
 		Durable: q.Durable(), AutoDelete: q.AutoDelete(), Exclusive: q.Exclusive(), Arguments: q.Args(),
 		Ready: st.Ready, Unacked: st.Unacked, Consumers: st.Consumers,
 		Policy: m.PolicyName(), OperatorPolicy: m.OperatorPolicyName(), EffectivePolicyDefinition: m.EffectiveDefinition(),
+		Stats: st, Traffic: q.Counters().Snapshot(), GroupID: groupID(q),
 	}
+}
+
+func groupID(q *core.Queue) uint64 {
+	if q.Replicated() {
+		return q.ID()
+	}
+	return 0
+}
+
+// TLSCertificate is the AMQPS listener's current certificate (nil without one).
+func (s *Server) TLSCertificate() *x509.Certificate {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Certificate()
 }
 
 // ExchangeInfo describes a declared exchange.

@@ -162,6 +162,19 @@ func (a *Alarms) Raised() []string {
 	return out
 }
 
+// Usage is what the watchdog last measured, for the management API's nodes.
+type Usage struct {
+	RSS, MemLimit, DiskFree, DiskLimit int64
+	MemoryAlarm, DiskAlarm             bool
+}
+
+// Usage reports the last measurement and the limits.
+func (a *Alarms) Usage() Usage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Usage{RSS: a.rss, MemLimit: a.memLimit, DiskFree: a.free, DiskLimit: a.diskLimit, MemoryAlarm: a.memory, DiskAlarm: a.disk}
+}
+
 // SetLimits changes the thresholds (operators and tests) and re-evaluates at once.
 func (a *Alarms) SetLimits(memLimit, diskLimit int64) {
 	a.mu.Lock()

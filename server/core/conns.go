@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -132,4 +133,65 @@ func (b *Broker) CloseAll(code uint16, text string, match func(ConnectionInfo) b
 			c.ForceClose(code, text)
 		}
 	}
+}
+
+// ChannelInfo describes an open channel of a client connection, for the management API's
+// channels and consumers.
+type ChannelInfo struct {
+	// Connection is the name of the channel's connection (ConnectionInfo.Name); the channel's
+	// own name is RabbitMQ's "<connection> (<number>)".
+	Connection  string
+	Number      uint16
+	User, VHost string
+	Confirm, Tx bool
+	// Prefetch is basic.qos global=false (what new consumers get); GlobalPrefetch global=true.
+	Prefetch, GlobalPrefetch uint32
+	Unacked                  int
+	Consumers                []ConsumerInfo
+	// Counters are the channel's traffic (publishes, deliveries, acks), with rates.
+	Counters *stats.Object
+}
+
+// Name is RabbitMQ's name for the channel.
+func (c ChannelInfo) Name() string { return c.Connection + " (" + strconv.Itoa(int(c.Number)) + ")" }
+
+// ConsumerInfo describes a consumer on a channel.
+type ConsumerInfo struct {
+	Tag, Queue  string
+	AckRequired bool
+	Exclusive   bool
+	Prefetch    uint32
+	Args        amqp.Table
+}
+
+// ChannelLister is implemented by client connections that have channels (AMQP 0-9-1).
+type ChannelLister interface {
+	// Channels describes the connection's open channels; it is called from other goroutines.
+	Channels() []ChannelInfo
+}
+
+// Channels lists the open channels of every connection, by connection (oldest first) then
+// channel number.
+func (b *Broker) Channels() []ChannelInfo {
+	r := &b.conns
+	r.mu.Lock()
+	type entry struct {
+		l  ChannelLister
+		id uint64
+	}
+	ls := make([]entry, 0, len(r.conns))
+	for c, id := range r.conns {
+		if l, ok := c.(ChannelLister); ok {
+			ls = append(ls, entry{l, id})
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(ls, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
+	var out []ChannelInfo
+	for _, e := range ls {
+		chs := e.l.Channels()
+		slices.SortFunc(chs, func(a, b ChannelInfo) int { return cmp.Compare(a.Number, b.Number) })
+		out = append(out, chs...)
+	}
+	return out
 }

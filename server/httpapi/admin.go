@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"warren/server/auth"
 	"warren/server/core"
@@ -115,7 +119,16 @@ func orEmpty(ss []string) []string {
 // --- vhosts --------------------------------------------------------------------------------
 
 func (a *api) vhostJSON(v core.VHostInfo) map[string]any {
+	var ready, unacked int
+	if vh := a.c.VHost(v.Name); vh != nil {
+		for _, q := range vh.Queues() {
+			st := q.Stats()
+			ready += st.Ready
+			unacked += st.Unacked
+		}
+	}
 	return map[string]any{
+		"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
 		"name": v.Name, "description": v.Description, "tags": orEmpty(v.Tags), "tracing": false,
 		"default_queue_type": nullable(v.DefaultQueueType),
 		"metadata":           map[string]any{"description": v.Description, "tags": orEmpty(v.Tags)},
@@ -130,7 +143,7 @@ func (a *api) vhosts(w http.ResponseWriter, r *http.Request, args []string) {
 			out = append(out, a.vhostJSON(v))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) vhost(w http.ResponseWriter, r *http.Request, args []string) {
@@ -207,7 +220,7 @@ func (a *api) users(w http.ResponseWriter, r *http.Request, args []string) {
 	for _, u := range a.c.Users() {
 		out = append(out, userJSON(u))
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) user(w http.ResponseWriter, r *http.Request, args []string) {
@@ -288,28 +301,28 @@ func topicJSON(p core.TopicPermissionInfo) map[string]any {
 	return map[string]any{"user": p.User, "vhost": p.VHost, "exchange": p.Exchange, "write": p.Write, "read": p.Read}
 }
 
-func (a *api) listPerms(w http.ResponseWriter, keep func(core.PermissionInfo) bool) {
+func (a *api) listPerms(w http.ResponseWriter, r *http.Request, keep func(core.PermissionInfo) bool) {
 	out := []map[string]any{}
 	for _, p := range a.c.Permissions() {
 		if keep(p) {
 			out = append(out, permJSON(p))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
-func (a *api) listTopics(w http.ResponseWriter, keep func(core.TopicPermissionInfo) bool) {
+func (a *api) listTopics(w http.ResponseWriter, r *http.Request, keep func(core.TopicPermissionInfo) bool) {
 	out := []map[string]any{}
 	for _, p := range a.c.TopicPermissions() {
 		if keep(p) {
 			out = append(out, topicJSON(p))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) permissions(w http.ResponseWriter, r *http.Request, args []string) {
-	a.listPerms(w, func(core.PermissionInfo) bool { return true })
+	a.listPerms(w, r, func(core.PermissionInfo) bool { return true })
 }
 
 func (a *api) vhostPermissions(w http.ResponseWriter, r *http.Request, args []string) {
@@ -317,7 +330,7 @@ func (a *api) vhostPermissions(w http.ResponseWriter, r *http.Request, args []st
 		notFound(w)
 		return
 	}
-	a.listPerms(w, func(p core.PermissionInfo) bool { return p.VHost == args[0] })
+	a.listPerms(w, r, func(p core.PermissionInfo) bool { return p.VHost == args[0] })
 }
 
 func (a *api) userPermissions(w http.ResponseWriter, r *http.Request, args []string) {
@@ -325,7 +338,7 @@ func (a *api) userPermissions(w http.ResponseWriter, r *http.Request, args []str
 		notFound(w)
 		return
 	}
-	a.listPerms(w, func(p core.PermissionInfo) bool { return p.User == args[0] })
+	a.listPerms(w, r, func(p core.PermissionInfo) bool { return p.User == args[0] })
 }
 
 func (a *api) permission(w http.ResponseWriter, r *http.Request, args []string) {
@@ -387,7 +400,7 @@ func (a *api) deletePermission(w http.ResponseWriter, r *http.Request, args []st
 }
 
 func (a *api) topicPermissions(w http.ResponseWriter, r *http.Request, args []string) {
-	a.listTopics(w, func(core.TopicPermissionInfo) bool { return true })
+	a.listTopics(w, r, func(core.TopicPermissionInfo) bool { return true })
 }
 
 func (a *api) vhostTopicPermissions(w http.ResponseWriter, r *http.Request, args []string) {
@@ -395,7 +408,7 @@ func (a *api) vhostTopicPermissions(w http.ResponseWriter, r *http.Request, args
 		notFound(w)
 		return
 	}
-	a.listTopics(w, func(p core.TopicPermissionInfo) bool { return p.VHost == args[0] })
+	a.listTopics(w, r, func(p core.TopicPermissionInfo) bool { return p.VHost == args[0] })
 }
 
 func (a *api) userTopicPermissions(w http.ResponseWriter, r *http.Request, args []string) {
@@ -403,7 +416,7 @@ func (a *api) userTopicPermissions(w http.ResponseWriter, r *http.Request, args 
 		notFound(w)
 		return
 	}
-	a.listTopics(w, func(p core.TopicPermissionInfo) bool { return p.User == args[0] })
+	a.listTopics(w, r, func(p core.TopicPermissionInfo) bool { return p.User == args[0] })
 }
 
 func (a *api) topicPermission(w http.ResponseWriter, r *http.Request, args []string) {
@@ -411,7 +424,7 @@ func (a *api) topicPermission(w http.ResponseWriter, r *http.Request, args []str
 		notFound(w)
 		return
 	}
-	a.listTopics(w, func(p core.TopicPermissionInfo) bool { return p.VHost == args[0] && p.User == args[1] })
+	a.listTopics(w, r, func(p core.TopicPermissionInfo) bool { return p.VHost == args[0] && p.User == args[1] })
 }
 
 func (a *api) putTopicPermission(w http.ResponseWriter, r *http.Request, args []string) {
@@ -477,7 +490,7 @@ func (a *api) listPolicies(w http.ResponseWriter, r *http.Request, args []string
 			out = append(out, policyJSON(cp))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) getPolicy(w http.ResponseWriter, args []string, c policy.Component) {
@@ -567,7 +580,7 @@ func (a *api) vhostLimits(w http.ResponseWriter, r *http.Request, args []string)
 		notFound(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) putVHostLimit(w http.ResponseWriter, r *http.Request, args []string) {
@@ -700,7 +713,11 @@ func (a *api) nodes(w http.ResponseWriter, r *http.Request, args []string) {
 				running = running || m.Up
 			}
 		}
-		out = append(out, map[string]any{"name": n, "type": "disc", "running": running, "being_drained": false})
+		node := map[string]any{"name": n, "type": "disc", "running": running, "being_drained": false, "partitions": []string{}}
+		if n == a.b.NodeName() {
+			a.addNodeUsage(node)
+		}
+		out = append(out, node)
 	}
 	if len(args) > 0 {
 		for _, n := range out {
@@ -712,7 +729,22 @@ func (a *api) nodes(w http.ResponseWriter, r *http.Request, args []string) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
+}
+
+// addNodeUsage adds this node's memory, disk and process figures, as RabbitMQ's nodes show them.
+func (a *api) addNodeUsage(node map[string]any) {
+	if al := a.c.Alarms(); al != nil {
+		u := al.Usage()
+		node["mem_used"], node["mem_limit"], node["mem_alarm"] = u.RSS, u.MemLimit, u.MemoryAlarm
+		node["disk_free"], node["disk_free_limit"], node["disk_free_alarm"] = u.DiskFree, u.DiskLimit, u.DiskAlarm
+	}
+	node["uptime"] = time.Since(a.started).Milliseconds()
+	node["proc_used"] = runtime.NumGoroutine()
+	node["sockets_used"] = len(a.b.Connections())
+	node["run_queue"] = 0
+	node["processors"] = runtime.NumCPU()
+	node["os_pid"] = strconv.Itoa(os.Getpid())
 }
 
 func (a *api) authAttempts(w http.ResponseWriter, r *http.Request, args []string) {

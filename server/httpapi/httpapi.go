@@ -49,10 +49,12 @@ type Options struct {
 
 // api answers the requests for one broker.
 type api struct {
-	b      *server.Server
-	c      *core.Broker
-	opt    Options
-	routes []route
+	b       *server.Server
+	c       *core.Broker
+	opt     Options
+	routes  []route
+	self    *listener // the HTTP listener serving this API (Listen), for the overview and checks
+	started time.Time // for the nodes' uptime
 }
 
 // route is one endpoint: a method and the path's segments after /api/, where "*" takes any
@@ -140,11 +142,23 @@ func apiRoutes() []route {
 
 // Handler returns the API's handler for broker b.
 func Handler(b *server.Server, opt Options) http.Handler {
+	return newAPI(b, opt)
+}
+
+func newAPI(b *server.Server, opt Options) *api {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	a := &api{b: b, c: b.Core(), opt: opt, routes: apiRoutes()}
-	return http.HandlerFunc(a.serve)
+	return &api{b: b, c: b.Core(), opt: opt, routes: append(apiRoutes(), manageRoutes()...), started: time.Now()}
+}
+
+// ServeHTTP serves the API under /api/ and the web console everywhere else.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/api/") {
+		serveConsole(w, r)
+		return
+	}
+	a.serve(w, r)
 }
 
 // principalKey is the request context's key for the authenticated user.
@@ -298,15 +312,30 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request, args []string) {
 	queues := a.b.Queues()
 	var ready, unacked, consumers int
 	for _, q := range queues {
-		ready += q.Ready
+		if q.Type == "stream" {
+			ready += queueMessageCount(q)
+		} else {
+			ready += q.Ready
+		}
 		unacked += q.Unacked
 		consumers += q.Consumers
 	}
+	ms, churn := overviewStats(a.c.Stats().Global())
+	listeners := []map[string]any{}
+	for _, l := range a.listeners() {
+		listeners = append(listeners, listenerJSON(a.b.NodeName(), l))
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"product_name":    "Warren",
-		"product_version": a.opt.Version,
-		"node":            a.b.NodeName(),
-		"cluster_name":    a.b.NodeName(),
+		"product_name":              "Warren",
+		"product_version":           a.opt.Version,
+		"rabbitmq_version":          rabbitmqVersion,
+		"management_version":        rabbitmqVersion,
+		"rates_mode":                "basic",
+		"statistics_db_event_queue": 0,
+		"node":                      a.b.NodeName(),
+		"cluster_name":              a.b.NodeName(),
+		"message_stats":             ms,
+		"churn_rates":               churn,
 		"object_totals": map[string]int{
 			"connections": len(conns),
 			"channels":    channels,
@@ -314,13 +343,23 @@ func (a *api) overview(w http.ResponseWriter, r *http.Request, args []string) {
 			"exchanges":   len(a.b.Exchanges()),
 			"consumers":   consumers,
 		},
-		"queue_totals": map[string]int{
-			"messages":                ready + unacked,
-			"messages_ready":          ready,
-			"messages_unacknowledged": unacked,
+		"queue_totals": map[string]any{
+			"messages":                        ready + unacked,
+			"messages_ready":                  ready,
+			"messages_unacknowledged":         unacked,
+			"messages_details":                rate(0),
+			"messages_ready_details":          rate(0),
+			"messages_unacknowledged_details": rate(0),
 		},
+		"listeners":                 listeners,
+		"contexts":                  []any{},
+		"sample_retention_policies": map[string][]int{"global": {600, 3600, 28800, 86400}, "basic": {600, 3600}, "detailed": {600}},
 	})
 }
+
+// rabbitmqVersion is the RabbitMQ release whose management API Warren's answers follow (tools
+// read rabbitmq_version to choose features).
+const rabbitmqVersion = "3.10.8"
 
 func (a *api) whoami(w http.ResponseWriter, r *http.Request, args []string) {
 	p := principal(r)
@@ -339,7 +378,7 @@ func (a *api) connections(w http.ResponseWriter, r *http.Request, args []string)
 			out = append(out, a.connectionJSON(c))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) findConnection(name string) (server.ConnectionInfo, bool) {
@@ -435,28 +474,49 @@ func listInVhost[T any](a *api, w http.ResponseWriter, r *http.Request, args []s
 			out = append(out, obj)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 }
 
 func (a *api) queueJSON(q server.QueueInfo) map[string]any {
-	return map[string]any{
-		"name":                        q.Name,
-		"vhost":                       q.VHost,
-		"type":                        q.Type,
-		"node":                        a.b.NodeName(),
-		"state":                       "running",
-		"durable":                     q.Durable,
-		"auto_delete":                 q.AutoDelete,
-		"exclusive":                   q.Exclusive,
-		"arguments":                   tableJSON(q.Arguments),
-		"messages":                    q.Ready + q.Unacked,
-		"messages_ready":              q.Ready,
-		"messages_unacknowledged":     q.Unacked,
-		"consumers":                   q.Consumers,
-		"policy":                      nullable(q.Policy),
-		"operator_policy":             nullable(q.OperatorPolicy),
-		"effective_policy_definition": q.EffectivePolicyDefinition,
+	msgs := queueMessageCount(q)
+	ready := q.Ready
+	if q.Type == "stream" {
+		ready = msgs
 	}
+	out := map[string]any{
+		"name":                            q.Name,
+		"vhost":                           q.VHost,
+		"type":                            q.Type,
+		"node":                            a.b.NodeName(),
+		"state":                           "running",
+		"durable":                         q.Durable,
+		"auto_delete":                     q.AutoDelete,
+		"exclusive":                       q.Exclusive,
+		"arguments":                       tableJSON(q.Arguments),
+		"messages":                        msgs,
+		"messages_ready":                  ready,
+		"messages_unacknowledged":         q.Unacked,
+		"messages_details":                rate(0),
+		"messages_ready_details":          rate(0),
+		"message_bytes_ready":             q.Stats.ReadyBytes,
+		"consumers":                       q.Consumers,
+		"memory":                          q.Stats.ReadyBytes,
+		"policy":                          nullable(q.Policy),
+		"operator_policy":                 nullable(q.OperatorPolicy),
+		"effective_policy_definition":     q.EffectivePolicyDefinition,
+		"message_stats":                   queueStats(q.Traffic),
+		"exclusive_consumer_tag":          nil,
+		"consumer_utilisation":            nil,
+		"messages_unacknowledged_details": rate(0),
+	}
+	if q.Type == "stream" {
+		out["first_offset"] = q.Stats.FirstOffset
+		out["last_offset"] = q.Stats.LastOffset
+		out["segments"] = q.Stats.Segments
+		out["message_bytes"] = q.Stats.Bytes
+		out["memory"] = 0
+	}
+	return out
 }
 
 // nullable is a name the API shows as null when empty.
@@ -599,8 +659,10 @@ func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HTTP API: listen on %s: %w", addr, err)
 	}
-	h := Handler(b, opt)
+	h := newAPI(b, opt)
+	h.self = &listener{Protocol: "http", Addr: ln.Addr().String()}
 	if opt.TLS != nil {
+		h.self.Protocol = "https"
 		ln = tls.NewListener(ln, opt.TLS.TLSConfig())
 	}
 	l := &Listener{

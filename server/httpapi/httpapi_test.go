@@ -298,10 +298,12 @@ func TestQueueCounts(t *testing.T) {
 	}
 	var ov struct {
 		Totals map[string]int `json:"object_totals"`
-		Queue  map[string]int `json:"queue_totals"`
+		Queue  struct {
+			Messages int `json:"messages"`
+		} `json:"queue_totals"`
 	}
 	if code := b.call(t, "GET", "/api/overview", nil, &ov); code != http.StatusOK ||
-		ov.Totals["queues"] != 1 || ov.Totals["connections"] != 1 || ov.Totals["consumers"] != 1 || ov.Queue["messages"] != 3 {
+		ov.Totals["queues"] != 1 || ov.Totals["connections"] != 1 || ov.Totals["consumers"] != 1 || ov.Queue.Messages != 3 {
 		t.Errorf("GET /api/overview: %d %+v", code, ov)
 	}
 }

@@ -79,6 +79,10 @@ type channel struct {
 	tagBuf       []queue.Tag    // reused by applySettle
 	counters     *stats.Object  // the channel's traffic (written by the reader and by queues' deliveries)
 
+	// For the management API (read from other goroutines): modeConfirm|modeTx, and prefetch.
+	mode          atomic.Uint32
+	prefetchShown atomic.Uint32
+
 	// globalLimit is basic.qos global=true: unacked deliveries across the channel's consumers.
 	globalLimit    atomic.Uint32
 	globalInflight atomic.Int64
@@ -241,7 +245,10 @@ type consumer struct {
 	id        queue.ConsumerID
 	q         *core.Queue // nil for the direct reply-to consumer
 	noAck     bool
-	cancelled bool // guarded by ch.mu
+	exclusive bool       // for the management API
+	prefetch  uint32     // for the management API
+	args      amqp.Table // for the management API
+	cancelled bool       // guarded by ch.mu
 	// reserved counts global-prefetch reservations Reserve made that no delivery took yet.
 	reserved atomic.Int64
 }

@@ -55,6 +55,9 @@ type conn struct {
 	capBlocked      bool
 	capAuthFailure  bool
 
+	listMu sync.Mutex          // guards listed, a leaf
+	listed map[uint16]*channel // the open channels, for Channels (other goroutines)
+
 	// Reader-goroutine state.
 	channels      map[uint16]*channel
 	closing       bool // we sent connection.close and wait for close-ok
@@ -705,6 +708,7 @@ func (c *conn) openChannel(id uint16, args []byte) *amqp.Error {
 	c.s.core.Stats().Inc(stats.ChannelsOpened)
 	c.setACL(ch)
 	c.channels[id] = ch
+	c.listChannel(ch)
 	if i := slices.Index(c.closedInRead, id); i >= 0 {
 		c.closedInRead = slices.Delete(c.closedInRead, i, i+1)
 	}
@@ -717,6 +721,7 @@ func (c *conn) dropChannel(id uint16) {
 	if ch := c.channels[id]; ch != nil {
 		c.s.core.Stats().Release(ch.counters)
 		c.s.core.Stats().Inc(stats.ChannelsClosed)
+		c.unlistChannel(id)
 	}
 	delete(c.channels, id)
 	c.nChannels.Store(int32(len(c.channels)))

@@ -154,6 +154,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 			ch.kickConsumers()
 		} else {
 			ch.prefetch = uint32(m.PrefetchCount)
+			ch.prefetchShown.Store(ch.prefetch)
 		}
 		c.out.sendMethod(ch.id, &amqp.BasicQosOk{})
 		return nil
@@ -173,12 +174,14 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from tx to confirm mode")
 		}
 		ch.confirm = true
+		ch.mode.Store(modeConfirm)
 		return ch.reply(m.NoWait, &amqp.ConfirmSelectOk{})
 	case *amqp.TxSelect:
 		if ch.confirm {
 			return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from confirm to tx mode")
 		}
 		ch.tx = true
+		ch.mode.Store(modeTx)
 		c.out.sendMethod(ch.id, &amqp.TxSelectOk{})
 		return nil
 	case *amqp.TxCommit:
@@ -400,7 +403,8 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		}
 		priority = int32(n)
 	}
-	cs := &consumer{ch: ch, tag: tag, id: c.s.core.NextConsumerID(), q: q, noAck: m.NoAck}
+	cs := &consumer{ch: ch, tag: tag, id: c.s.core.NextConsumerID(), q: q, noAck: m.NoAck,
+		exclusive: m.Exclusive, prefetch: ch.prefetch, args: consumerArgs(m.Arguments)}
 	ch.mu.Lock()
 	ch.addConsumerLocked(tag, cs)
 	ch.mu.Unlock()
