@@ -70,6 +70,7 @@ type Group struct {
 	snapDir string       // "" with in-memory snapshots
 
 	applied      atomic.Uint64
+	commitNanos  atomic.Int64  // moving average of the time a local proposal takes to commit and apply
 	restoreIndex atomic.Uint64 // index of the snapshot last opened for a restore
 	waiters      atomic.Int32
 	wmu          sync.Mutex
@@ -105,8 +106,9 @@ type Group struct {
 }
 
 type localItem struct {
-	p *proposal
-	f raft.ApplyFuture
+	p     *proposal
+	f     raft.ApplyFuture
+	start time.Time // when it was handed to raft, for the commit latency
 }
 
 type doneItem struct {
@@ -497,7 +499,7 @@ func (g *Group) submit(p *proposal) {
 	if g.raft.State() == raft.Leader {
 		g.outstanding.Add(1) // under submitMu, with closed checked: see Close
 		f := g.raft.Apply(p.cmd, p.deadline.Sub(now))
-		g.localQ <- localItem{p: p, f: f}
+		g.localQ <- localItem{p: p, f: f, start: time.Now()}
 		return
 	}
 	addr, id := g.raft.LeaderWithID()
@@ -526,6 +528,7 @@ func (g *Group) localWaiter() {
 		err := it.f.Error()
 		g.outstanding.Add(-1)
 		if err == nil {
+			g.observeCommit(time.Since(it.start))
 			res := Result{Index: it.f.Index()}
 			switch v := it.f.Response().(type) {
 			case []byte:

@@ -70,7 +70,7 @@ type catalogue struct {
 	authTotal, authSucceeded, authFailed        *family
 	identity, build                             *family
 	raftTerm, raftCommit, raftApplied, raftLast *family
-	raftLeader                                  *family
+	raftLeader, raftLatency                     *family
 
 	// Message counters of the node (server/stats), by protocol.
 	global []globalCounter
@@ -183,6 +183,7 @@ func newCatalogue() *catalogue {
 	c.raftCommit = obj("rabbitmq_raft_log_commit_index", gauge, "Raft log commit index", queueLabels)
 	c.raftApplied = obj("rabbitmq_raft_log_last_applied_index", gauge, "Raft log last applied index", queueLabels)
 	c.raftLast = obj("rabbitmq_raft_log_last_written_index", gauge, "Raft log last written index", queueLabels)
+	c.raftLatency = obj("rabbitmq_raft_entry_commit_latency_seconds", gauge, "Time taken for a log entry to be committed", queueLabels)
 	c.raftLeader = obj("warren_raft_group_leader", gauge, "1 if this node leads the raft group (summed: groups this node leads)", queueLabels)
 
 	ks := func(k ...stats.Kind) []stats.Kind { return k }

@@ -137,7 +137,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.globalConsumers, 0, "stream")
 
 	// Raft groups: the metadata group (id 0) and replicated queues' groups.
-	for _, g := range c.s.RaftGroups() {
+	groups := c.s.RaftGroups()
+	for _, g := range groups {
 		vhost, name := "", ""
 		if q, ok := byGroup[g.ID]; ok && g.ID != 0 {
 			vhost, name = q[0], q[1]
@@ -151,13 +152,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(cat.raftApplied, float64(g.Applied), vhost, name)
 		emit(cat.raftLast, float64(g.LastIndex), vhost, name)
 		emit(cat.raftLeader, leader, vhost, name)
+		emit(cat.raftLatency, g.CommitLatency.Seconds(), vhost, name)
 	}
 
 	if !c.perObject {
 		for _, f := range cat.all {
 			if f.Scope == Object {
-				// Every Object family is served, 0 when there is nothing to sum.
-				node(f, agg[f])
+				// Every Object family is served, 0 when there is nothing to sum; the commit
+				// latency is averaged over the groups, as RabbitMQ's aggregate is.
+				v := agg[f]
+				if f == cat.raftLatency && len(groups) > 0 {
+					v /= float64(len(groups))
+				}
+				node(f, v)
 			}
 		}
 	}

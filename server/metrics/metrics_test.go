@@ -381,6 +381,9 @@ func TestQuorumAndStreamSeries(t *testing.T) {
 	if got := mustValue(t, per, "rabbitmq_raft_term_total", qq); got < 1 {
 		t.Errorf("quorum group term = %v", got)
 	}
+	if got := mustValue(t, per, "rabbitmq_raft_entry_commit_latency_seconds", qq); got <= 0 || got > 10 {
+		t.Errorf("quorum group commit latency = %vs after 3 confirmed publishes", got)
+	}
 	if got := mustValue(t, per, "warren_raft_group_leader", qq); got != 1 {
 		t.Errorf("warren_raft_group_leader = %v on a one-node cluster", got)
 	}
