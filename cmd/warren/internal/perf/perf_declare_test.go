@@ -26,6 +26,7 @@ func serveForTest(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("amqp-listen", "127.0.0.1:0", "")
 	fs.String("http-listen", "", "")
+	fs.String("prometheus-listen", "", "")
 	dataDir := fs.String("data-dir", "", "")
 	fs.String("log-level", "warn", "")
 	if err := fs.Parse(args); err != nil {
