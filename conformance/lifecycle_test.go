@@ -132,7 +132,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "nested", "data")
 	b.cmd = exec.Command(testEnv.bin, "serve")
 	b.cmd.Env = append(os.Environ(),
-		"WARREN_AMQP_LISTEN="+b.Addr, "WARREN_DATA_DIR="+dataDir, "WARREN_LOG_LEVEL=debug")
+		"WARREN_AMQP_LISTEN="+b.Addr, "WARREN_DATA_DIR="+dataDir, "WARREN_LOG_LEVEL=debug", "WARREN_PROMETHEUS_LISTEN=127.0.0.1:0")
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -159,5 +159,5 @@ func (s *Server) ClusterStatus() cluster.Status { return s.node.Status() }
 // the HTTP API lets in exactly whom AMQP lets in (loopback users only from loopback, as
 // RabbitMQ). cache, if not nil, remembers the last check of one HTTP connection.
 func (s *Server) Authenticate(user, pass string, remote net.Addr, cache *auth.Cache) (core.Principal, error) {
-	return s.core.Login("PLAIN", user, pass, remote, cache)
+	return s.core.LoginHTTP(user, pass, remote, cache)
 }

@@ -194,6 +194,7 @@ func (d *DB) committer() {
 		lastCommit = time.Since(start)
 		// Counted before the callbacks run, so a caller that was answered sees its batch counted.
 		d.statBatches.Add(uint64(len(round)))
+		d.statCommit.observeRound(lastCommit, len(round))
 		d.mu.Lock()
 		d.inCallbacks = true
 		d.mu.Unlock()

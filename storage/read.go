@@ -161,12 +161,18 @@ type Stats struct {
 	Ops       uint64 // Set+Delete operations written
 	LSMBytes  int64  // disk space used by the LSM tree (*.sst and *.mem files)
 	VlogBytes int64  // disk space used by the value log (*.vlog files)
+	// RoundSeconds is the time the group committer took per round (write and fsync);
+	// RoundBatches the Commit calls it merged per round. Empty for a DB not opened with Open.
+	RoundSeconds, RoundBatches HistogramSnapshot
 }
 
 // Stats returns the counters. The byte sizes are the blocks allocated on disk (badger preallocates its
 // log files sparsely, so file sizes would overstate them); they are 0 in memory.
 func (d *DB) Stats() Stats {
 	s := Stats{Batches: d.statBatches.Load(), Txns: d.statTxns.Load(), Ops: d.statOps.Load()}
+	if d.statCommit.roundSeconds != nil {
+		s.RoundSeconds, s.RoundBatches = d.statCommit.roundSeconds.snapshot(), d.statCommit.roundBatches.snapshot()
+	}
 	if d.dir == "" {
 		return s
 	}

@@ -143,6 +143,7 @@ type DB struct {
 	statBatches atomic.Uint64
 	statTxns    atomic.Uint64
 	statOps     atomic.Uint64
+	statCommit  commitStats // histograms of the committer's rounds
 }
 
 // dirError is an error whose text is exactly msg and which matches kind with errors.Is.
@@ -188,7 +189,7 @@ func Open(opts Options) (*DB, error) {
 		opts.maintainEvery = defaultMaintainEvery
 	}
 
-	d := &DB{opts: opts, log: log}
+	d := &DB{opts: opts, log: log, statCommit: newCommitStats()}
 	var logs []logInspection
 	if !opts.InMemory {
 		if opts.Dir == "" {

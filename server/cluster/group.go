@@ -71,6 +71,7 @@ type Group struct {
 	snapDir string          // "" with in-memory snapshots
 
 	applied      atomic.Uint64
+	commitNanos  atomic.Int64  // moving average of the time a local proposal takes to commit and apply
 	restoreIndex atomic.Uint64 // index of the snapshot last opened for a restore
 	waiters      atomic.Int32
 	wmu          sync.Mutex
@@ -115,9 +116,10 @@ type Group struct {
 // localItem is a future awaited by the local waiter: a local proposal's (p) or a forwarded one's
 // (fwd gets the future once it is answered).
 type localItem struct {
-	p   *proposal
-	fwd func(raft.ApplyFuture)
-	f   raft.ApplyFuture
+	p     *proposal
+	fwd   func(raft.ApplyFuture)
+	f     raft.ApplyFuture
+	start time.Time // when it was handed to raft, for the commit latency
 }
 
 // doneItem is a callback for the done runner: a proposal's completion, or fn.
@@ -509,7 +511,7 @@ func (g *Group) submit(p *proposal) {
 	if g.raft.State() == raft.Leader {
 		g.outstanding.Add(1) // under submitMu, with closed checked: see Close
 		f := g.raft.Apply(p.cmd, p.deadline.Sub(now))
-		g.awaitLocal(localItem{p: p, f: f})
+		g.awaitLocal(localItem{p: p, f: f, start: time.Now()})
 		return
 	}
 	addr, id := g.raft.LeaderWithID()
@@ -570,6 +572,7 @@ func (g *Group) localWaiter() {
 			continue
 		}
 		if err == nil {
+			g.observeCommit(time.Since(it.start))
 			res := Result{Index: it.f.Index()}
 			switch v := it.f.Response().(type) {
 			case []byte:

@@ -124,7 +124,10 @@ type accessState struct {
 	limits map[string]map[string]int64 // vhost -> limit -> value
 
 	loginsOK, loginsFailed atomic.Uint64
-	initDone               chan struct{} // closed once the init record is applied
+	// loginsOK and loginsFailed count AMQP (and stream) logins; httpOK and httpFailed the
+	// HTTP API's (LoginHTTP).
+	httpOK, httpFailed atomic.Uint64
+	initDone           chan struct{} // closed once the init record is applied
 }
 
 func (a *accessState) init() {
@@ -682,6 +685,16 @@ type Principal struct {
 // connection's previous check (a repeated check costs a comparison, not a hash). A failure is an
 // *auth.LoginError; it is logged and counted here, never with the password.
 func (b *Broker) Login(mechanism, name, password string, remote net.Addr, cache *auth.Cache) (Principal, error) {
+	return b.login(mechanism, name, password, remote, cache, false)
+}
+
+// LoginHTTP is Login (PLAIN) for the HTTP API, counted apart as RabbitMQ's auth attempts are
+// by protocol.
+func (b *Broker) LoginHTTP(name, password string, remote net.Addr, cache *auth.Cache) (Principal, error) {
+	return b.login("PLAIN", name, password, remote, cache, true)
+}
+
+func (b *Broker) login(mechanism, name, password string, remote net.Addr, cache *auth.Cache, http bool) (Principal, error) {
 	a := &b.access
 	a.mu.RLock()
 	u := a.users[name]
@@ -694,7 +707,7 @@ func (b *Broker) Login(mechanism, name, password string, remote net.Addr, cache 
 	if err == nil {
 		err = auth.CheckLoopback(mechanism, name, b.opts.LoopbackUsers, remote)
 	}
-	return b.loginResult(u, name, remote, err)
+	return b.loginResult(u, name, remote, err, http)
 }
 
 // LoginExternal logs in the user a verified certificate named (the EXTERNAL mechanism): the
@@ -710,19 +723,24 @@ func (b *Broker) LoginExternal(name string, remote net.Addr) (Principal, error) 
 	} else {
 		err = auth.CheckLoopback("EXTERNAL", name, b.opts.LoopbackUsers, remote)
 	}
-	return b.loginResult(u, name, remote, err)
+	return b.loginResult(u, name, remote, err, false)
 }
 
 // LoginRefused logs and counts a login the session refused itself (an EXTERNAL login without a
 // usable certificate).
 func (b *Broker) LoginRefused(name string, remote net.Addr, err error) {
-	b.loginResult(nil, name, remote, err)
+	b.loginResult(nil, name, remote, err, false)
 }
 
-func (b *Broker) loginResult(u *User, name string, remote net.Addr, err error) (Principal, error) {
+// loginResult counts and logs a login; http says whether it came through the HTTP API.
+func (b *Broker) loginResult(u *User, name string, remote net.Addr, err error, http bool) (Principal, error) {
 	a := &b.access
+	okCount, failedCount := &a.loginsOK, &a.loginsFailed
+	if http {
+		okCount, failedCount = &a.httpOK, &a.httpFailed
+	}
 	if err != nil {
-		n := a.loginsFailed.Add(1)
+		n := failedCount.Add(1)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()
@@ -730,13 +748,22 @@ func (b *Broker) loginResult(u *User, name string, remote net.Addr, err error) (
 		b.log.Warn("login refused", "user", name, "peer", peer, "reason", err.Error(), "failed_total", n)
 		return Principal{}, err
 	}
-	a.loginsOK.Add(1)
+	okCount.Add(1)
 	return Principal{Name: u.Name, Tags: slices.Clone(u.Tags)}, nil
 }
 
-// AuthAttempts reports the logins accepted and refused since the node started.
+// AuthAttempts reports the logins accepted and refused since the node started, of every
+// protocol.
 func (b *Broker) AuthAttempts() (succeeded, failed uint64) {
-	return b.access.loginsOK.Load(), b.access.loginsFailed.Load()
+	a := &b.access
+	return a.loginsOK.Load() + a.httpOK.Load(), a.loginsFailed.Load() + a.httpFailed.Load()
+}
+
+// AuthAttemptsByProtocol splits AuthAttempts: the HTTP API's logins (LoginHTTP) and the
+// others' (AMQP 0-9-1 and the stream protocol, which share Login).
+func (b *Broker) AuthAttemptsByProtocol() (amqpOK, amqpFailed, httpOK, httpFailed uint64) {
+	a := &b.access
+	return a.loginsOK.Load(), a.loginsFailed.Load(), a.httpOK.Load(), a.httpFailed.Load()
 }
 
 // VHostGrant is the user's compiled permission in vhost, nil if the user has none there.

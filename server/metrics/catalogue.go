@@ -29,6 +29,8 @@ type Info struct {
 	// ObjectLabels are the labels of the per-object series (vhost, queue, connection, channel).
 	ObjectLabels []string
 	Scope        Scope
+	// Histogram families are Prometheus histograms (_bucket, _sum, _count); Type is then unused.
+	Histogram bool
 }
 
 // family is a metric family with its descriptors for both endpoints.
@@ -68,7 +70,7 @@ type catalogue struct {
 	authTotal, authSucceeded, authFailed        *family
 	identity, build                             *family
 	raftTerm, raftCommit, raftApplied, raftLast *family
-	raftLeader                                  *family
+	raftLeader, raftLatency                     *family
 
 	// Message counters of the node (server/stats), by protocol.
 	global []globalCounter
@@ -82,6 +84,7 @@ type catalogue struct {
 
 	// Storage (Warren's own).
 	storeCommits, storeTxns, storeOps, storeLSM, storeVlog *family
+	storeRoundSeconds, storeRoundBatches                   *family
 }
 
 // globalCounter is a rabbitmq_global_messages_* family: the sum of kinds of the node's totals.
@@ -180,6 +183,7 @@ func newCatalogue() *catalogue {
 	c.raftCommit = obj("rabbitmq_raft_log_commit_index", gauge, "Raft log commit index", queueLabels)
 	c.raftApplied = obj("rabbitmq_raft_log_last_applied_index", gauge, "Raft log last applied index", queueLabels)
 	c.raftLast = obj("rabbitmq_raft_log_last_written_index", gauge, "Raft log last written index", queueLabels)
+	c.raftLatency = obj("rabbitmq_raft_entry_commit_latency_seconds", gauge, "Time taken for a log entry to be committed", queueLabels)
 	c.raftLeader = obj("warren_raft_group_leader", gauge, "1 if this node leads the raft group (summed: groups this node leads)", queueLabels)
 
 	ks := func(k ...stats.Kind) []stats.Kind { return k }
@@ -251,6 +255,10 @@ func newCatalogue() *catalogue {
 	c.storeOps = node("warren_storage_operations_total", counter, "Set and delete operations written by the storage engine")
 	c.storeLSM = node("warren_storage_lsm_bytes", gauge, "Disk space used by the storage engine's LSM tree")
 	c.storeVlog = node("warren_storage_vlog_bytes", gauge, "Disk space used by the storage engine's value log")
+	c.storeRoundSeconds = node("warren_storage_commit_round_seconds", untyped, "Time the storage engine's group committer took to write and fsync one round of batches")
+	c.storeRoundSeconds.Histogram = true
+	c.storeRoundBatches = node("warren_storage_commit_round_batches", untyped, "Write batches merged into one group-commit round (one fsync per round): the group-commit batch size")
+	c.storeRoundBatches.Histogram = true
 	return c
 }
 

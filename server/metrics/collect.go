@@ -137,7 +137,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.globalConsumers, 0, "stream")
 
 	// Raft groups: the metadata group (id 0) and replicated queues' groups.
-	for _, g := range c.s.RaftGroups() {
+	groups := c.s.RaftGroups()
+	for _, g := range groups {
 		vhost, name := "", ""
 		if q, ok := byGroup[g.ID]; ok && g.ID != 0 {
 			vhost, name = q[0], q[1]
@@ -151,13 +152,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		emit(cat.raftApplied, float64(g.Applied), vhost, name)
 		emit(cat.raftLast, float64(g.LastIndex), vhost, name)
 		emit(cat.raftLeader, leader, vhost, name)
+		emit(cat.raftLatency, g.CommitLatency.Seconds(), vhost, name)
 	}
 
 	if !c.perObject {
 		for _, f := range cat.all {
 			if f.Scope == Object {
-				// Every Object family is served, 0 when there is nothing to sum.
-				node(f, agg[f])
+				// Every Object family is served, 0 when there is nothing to sum; the commit
+				// latency is averaged over the groups, as RabbitMQ's aggregate is.
+				v := agg[f]
+				if f == cat.raftLatency && len(groups) > 0 {
+					v /= float64(len(groups))
+				}
+				node(f, v)
 			}
 		}
 	}
@@ -184,11 +191,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	node(cat.openSockets, float64(len(conns)))
 
-	// Logins: the core counts AMQP and HTTP logins together (docs/differences.md).
-	ok, failed := core.AuthAttempts()
-	node(cat.authTotal, float64(ok+failed), "all")
-	node(cat.authSucceeded, float64(ok), "all")
-	node(cat.authFailed, float64(failed), "all")
+	// Logins by protocol: the stream protocol's are counted with AMQP 0-9-1's.
+	aok, afailed, hok, hfailed := core.AuthAttemptsByProtocol()
+	for _, p := range []struct {
+		proto      string
+		ok, failed uint64
+	}{{"amqp091", aok, afailed}, {"http", hok, hfailed}} {
+		node(cat.authTotal, float64(p.ok+p.failed), p.proto)
+		node(cat.authSucceeded, float64(p.ok), p.proto)
+		node(cat.authFailed, float64(p.failed), p.proto)
+	}
 
 	node(cat.identity, 1, c.s.NodeName(), c.s.NodeName(), c.s.NodeName())
 	node(cat.build, 1, c.version, c.version, clientVersion(), runtime.Version())
@@ -199,6 +211,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.storeOps, float64(st.Ops))
 	node(cat.storeLSM, float64(st.LSMBytes))
 	node(cat.storeVlog, float64(st.VlogBytes))
+	if st.RoundSeconds.Buckets != nil {
+		ch <- prometheus.MustNewConstHistogram(cat.storeRoundSeconds.agg, st.RoundSeconds.Count, st.RoundSeconds.Sum, st.RoundSeconds.Buckets)
+		ch <- prometheus.MustNewConstHistogram(cat.storeRoundBatches.agg, st.RoundBatches.Count, st.RoundBatches.Sum, st.RoundBatches.Buckets)
+	}
 }
 
 // sumKinds adds the values of kinds.

@@ -232,11 +232,17 @@ func TestGaugesFollowTraffic(t *testing.T) {
 	if v := mustValue(t, agg, "rabbitmq_process_resident_memory_bytes", nil); v <= 0 {
 		t.Errorf("rabbitmq_process_resident_memory_bytes = %v", v)
 	}
-	if v := mustValue(t, agg, "rabbitmq_auth_attempts_succeeded_total", nil); v < 1 {
-		t.Errorf("rabbitmq_auth_attempts_succeeded_total = %v after a login", v)
+	if v := mustValue(t, agg, "rabbitmq_auth_attempts_succeeded_total", map[string]string{"protocol": "amqp091"}); v != 1 {
+		t.Errorf("rabbitmq_auth_attempts_succeeded_total{protocol=amqp091} = %v after one AMQP login", v)
+	}
+	if v := mustValue(t, agg, "rabbitmq_auth_attempts_total", map[string]string{"protocol": "http"}); v != 0 {
+		t.Errorf("rabbitmq_auth_attempts_total{protocol=http} = %v without HTTP logins", v)
 	}
 	if v := mustValue(t, agg, "warren_storage_commits_total", nil); v < 1 {
 		t.Errorf("warren_storage_commits_total = %v after declares", v)
+	}
+	if h := agg["warren_storage_commit_round_batches"]; h.GetType() != dto.MetricType_HISTOGRAM || h.GetMetric()[0].GetHistogram().GetSampleCount() < 1 {
+		t.Errorf("warren_storage_commit_round_batches: %v", h)
 	}
 
 	per := b.scrape(t, "/metrics/per-object")
@@ -374,6 +380,9 @@ func TestQuorumAndStreamSeries(t *testing.T) {
 	}
 	if got := mustValue(t, per, "rabbitmq_raft_term_total", qq); got < 1 {
 		t.Errorf("quorum group term = %v", got)
+	}
+	if got := mustValue(t, per, "rabbitmq_raft_entry_commit_latency_seconds", qq); got <= 0 || got > 10 {
+		t.Errorf("quorum group commit latency = %vs after 3 confirmed publishes", got)
 	}
 	if got := mustValue(t, per, "warren_raft_group_leader", qq); got != 1 {
 		t.Errorf("warren_raft_group_leader = %v on a one-node cluster", got)

@@ -197,6 +197,55 @@ func TestQueuesAndPolicies(t *testing.T) {
 	}
 	b.fails(t, ctl.ExitUsage, "set_policy", "p", "^x", "not json")
 
+	// Bindings, channels, consumers (the ops branch's endpoints).
+	if err := ch.ExchangeDeclare("c.x", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("c.q", "rk", "c.x", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.ok(t, "list_bindings", "-s"); !strings.Contains(got, "c.x\texchange\tc.q\tqueue\trk\t{}\n") {
+		t.Errorf("list_bindings: %q", got)
+	}
+	cch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cch.Consume("c.q", "ctl-consumer", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := b.ok(t, "list_consumers", "queue_name", "consumer_tag", "ack_required", "prefetch_count", "-s")
+		if got == "c.q\tctl-consumer\ttrue\t1\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list_consumers: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := b.ok(t, "list_channels", "user", "consumer_count", "-s"); !strings.Contains(got, "guest\t1\n") {
+		t.Errorf("list_channels: %q", got)
+	}
+	cch.Close()
+	// purge_queue takes the ready messages (the consumer's unacked one came back when its channel closed).
+	b.ok(t, "purge_queue", "c.q")
+	if got := b.ok(t, "list_queues", "name", "messages", "-s"); got != "c.q\t0\n" {
+		t.Errorf("after purge_queue: %q", got)
+	}
+	if _, err := ch.QueueDeclare("c.gone", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.ok(t, "delete_queue", "c.gone", "--if-empty")
+	if got := b.ok(t, "list_queues", "-s"); got != "c.q\t0\n" {
+		t.Errorf("after delete_queue: %q", got)
+	}
+	b.fails(t, ctl.ExitSoftware, "delete_queue", "c.gone")
+
 	// Connections: listed and closed with the reason the client sees.
 	out := b.ok(t, "list_connections", "name", "user", "state", "-s")
 	name, rest, _ := strings.Cut(strings.TrimSuffix(out, "\n"), "\t")
@@ -262,6 +311,16 @@ func TestDefinitionsStatusHealth(t *testing.T) {
 	}
 	b.srv.SetResourceLimits(0, 0)
 	b.ok(t, "ping")
+	b.ok(t, "check_local_alarms")
+	b.ok(t, "check_virtual_hosts")
+	b.ok(t, "check_if_node_is_quorum_critical")
+	b.ok(t, "aliveness_test", "/")
+	_, port, _ := net.SplitHostPort(b.srv.Addr().String())
+	b.ok(t, "check_port_listener", port)
+	b.ok(t, "check_protocol_listener", "amqp")
+	if reason := b.fails(t, ctl.ExitUnavailable, "check_protocol_listener", "mqtt"); !strings.Contains(reason, "503") {
+		t.Errorf("check_protocol_listener mqtt: %q", reason)
+	}
 }
 
 // TestUnreachable: no broker is exit 69 with the address named.
