@@ -231,7 +231,7 @@ func (s *ReplicaSnapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	var hdr []byte
 	if s.view != nil {
-		err := s.view.Scan(s.prefix, func(key, val []byte) error {
+		err := s.view.ScanChunks(s.prefix, 1024, func(key, val []byte) error {
 			_, id, ok := storage.ParseU64U64Key(PrefixReplicaBody, key)
 			if !ok || id == 0 {
 				return nil
