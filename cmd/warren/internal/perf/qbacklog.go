@@ -99,6 +99,7 @@ func QuorumBacklog(ctx context.Context, cfg BacklogConfig) ([]BacklogResult, err
 			return results, fmt.Errorf("%s: %w", label, err)
 		}
 		results = append(results, res)
+		printBacklog(cfg.Out, cfg, []BacklogResult{res})
 	}
 	printBacklog(cfg.Out, cfg, results)
 	return results, nil
@@ -407,22 +408,32 @@ const drainIdle = 10 * time.Minute
 // backlogDrain consumes until want messages arrived (or nothing arrives for drainIdle), marking each
 // (producer, sequence) in seen.
 func backlogDrain(ctx context.Context, uri, queue string, want int64, seen [][]byte, res *BacklogResult, out io.Writer, nodes []*backlogNode) error {
-	c, err := amqp.Dial(uri)
-	if err != nil {
+	var c *amqp.Connection
+	var ch *amqp.Channel
+	var ds <-chan amqp.Delivery
+	// attach (re)connects the consumer: a consumer can be cancelled or its channel closed by a
+	// leader change; its unacked messages come back redelivered.
+	attach := func() error {
+		if c != nil {
+			c.Close()
+		}
+		var err error
+		if c, err = amqp.Dial(uri); err != nil {
+			return err
+		}
+		if ch, err = c.Channel(); err != nil {
+			return err
+		}
+		if err := ch.Qos(1000, 0, false); err != nil {
+			return err
+		}
+		ds, err = ch.Consume(queue, "", false, false, false, false, nil)
 		return err
 	}
-	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
+	if err := attach(); err != nil {
 		return err
 	}
-	if err := ch.Qos(1000, 0, false); err != nil {
-		return err
-	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return err
-	}
+	defer func() { c.Close() }()
 	lastReport := time.Now()
 	start := time.Now()
 	var unacked int
@@ -430,7 +441,12 @@ func backlogDrain(ctx context.Context, uri, queue string, want int64, seen [][]b
 		select {
 		case d, ok := <-ds:
 			if !ok {
-				return errors.New("consumer channel closed")
+				fmt.Fprintf(out, "   drain: consumer closed at %d received; attaching again\n", res.Received)
+				if err := attach(); err != nil {
+					return fmt.Errorf("attach the consumer again: %w", err)
+				}
+				unacked = 0
+				continue
 			}
 			if res.Received++; res.Received == 1 {
 				fmt.Fprintf(out, "   drain: first delivery after %v\n", time.Since(start).Round(time.Millisecond))
