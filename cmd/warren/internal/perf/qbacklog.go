@@ -437,7 +437,7 @@ func backlogDrain(ctx context.Context, uri, queue string, want int64, seen [][]b
 	lastReport := time.Now()
 	start := time.Now()
 	var unacked int
-	for res.Received < want {
+	for res.Received-res.Duplicates < want {
 		select {
 		case d, ok := <-ds:
 			if !ok {
