@@ -74,8 +74,9 @@ const (
 	defaultDLXRetry = time.Second
 )
 
-// quorumSnapshotVersion is the first byte of Quorum.Snapshot; version 1 was the previous
-// release's replicated classic struct, which Restore still reads.
+// quorumSnapshotVersion is the first byte of the previous release's snapshots (every body
+// inline), which Restore still reads, as it reads version 1 (the replicated classic struct of the
+// release before); this release writes quorumSnapshotV3 (quorumdisk.go).
 const quorumSnapshotVersion byte = 2
 
 // Quorum is a replicated queue: a quorum queue, or in a cluster a durable classic queue. Every

@@ -89,8 +89,17 @@ func (q *Quorum) storeEffects(fx *Effects) {
 		q.pmu.Unlock()
 		q.paged++
 	}
+	var held map[uint64]bool // settled deliveries to this node's consumers
+	for i := range fx.Deliveries {
+		if d := &fx.Deliveries[i]; d.Settled && d.flags&flagPaged != 0 && q.consumers[d.Consumer] != nil {
+			if held == nil {
+				held = make(map[uint64]bool)
+			}
+			held[d.ID] = true
+		}
+	}
 	for _, st := range fx.forget {
-		if st.flags&flagPaged == 0 || q.heldForDelivery(st.id, fx) {
+		if st.flags&flagPaged == 0 || held[st.id] {
 			continue
 		}
 		b.Delete(q.bodyKey(st.id))
@@ -112,17 +121,6 @@ func (q *Quorum) storeEffects(fx *Effects) {
 			q.log.Error("replicated queue: body records not written", "queue", q.name, "err", err)
 		}
 	})
-}
-
-// heldForDelivery reports whether a forgotten paged message is a settled delivery to one of this
-// node's consumers: its dispatcher still has to read the body (q.mu held).
-func (q *Quorum) heldForDelivery(id uint64, fx *Effects) bool {
-	for i := range fx.Deliveries {
-		if d := &fx.Deliveries[i]; d.ID == id && d.Settled {
-			return q.consumers[d.Consumer] != nil
-		}
-	}
-	return false
 }
 
 // loadBody reads a paged message's body back: from pending while its record is being committed,
@@ -231,7 +229,7 @@ func (s *ReplicaSnapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	var hdr []byte
 	if s.view != nil {
-		err := s.view.Scan(s.prefix, func(key, val []byte) error {
+		err := s.view.ScanChunks(s.prefix, 1024, func(key, val []byte) error {
 			_, id, ok := storage.ParseU64U64Key(PrefixReplicaBody, key)
 			if !ok || id == 0 {
 				return nil

@@ -99,6 +99,7 @@ func QuorumBacklog(ctx context.Context, cfg BacklogConfig) ([]BacklogResult, err
 			return results, fmt.Errorf("%s: %w", label, err)
 		}
 		results = append(results, res)
+		printBacklog(cfg.Out, cfg, []BacklogResult{res})
 	}
 	printBacklog(cfg.Out, cfg, results)
 	return results, nil
@@ -244,6 +245,15 @@ func backlogOne(ctx context.Context, cfg BacklogConfig, label, bin string) (Back
 	// or may not have arrived, so only the shortfall counts).
 	if miss := res.Confirmed - (res.Received - res.Duplicates); miss > 0 {
 		res.Lost = miss
+		keep := base + "-logs"
+		if err := os.MkdirAll(keep, 0o755); err == nil {
+			for _, n := range nodes {
+				if data, err := os.ReadFile(n.log.Name()); err == nil {
+					_ = os.WriteFile(filepath.Join(keep, n.id+".log"), data, 0o644)
+				}
+			}
+			fmt.Fprintf(cfg.Out, "   %d confirmed messages not received: node logs kept in %s\n", miss, keep)
+		}
 	}
 	for i := range nodes {
 		res.PeakFill[i], res.PeakDrain[i] = peaks[0][i].Load(), peaks[1][i].Load()
@@ -391,35 +401,56 @@ func backlogProduce(ctx context.Context, uri, queue string, p, n int, cfg Backlo
 	return nil
 }
 
-// backlogDrain consumes until want messages arrived (or nothing arrives for 30 s), marking each
+// drainIdle is how long the drain waits for a delivery before it gives up: a node that fell
+// behind may be installing a snapshot of the whole backlog first.
+const drainIdle = 10 * time.Minute
+
+// backlogDrain consumes until want messages arrived (or nothing arrives for drainIdle), marking each
 // (producer, sequence) in seen.
 func backlogDrain(ctx context.Context, uri, queue string, want int64, seen [][]byte, res *BacklogResult, out io.Writer, nodes []*backlogNode) error {
-	c, err := amqp.Dial(uri)
-	if err != nil {
+	var c *amqp.Connection
+	var ch *amqp.Channel
+	var ds <-chan amqp.Delivery
+	// attach (re)connects the consumer: a consumer can be cancelled or its channel closed by a
+	// leader change; its unacked messages come back redelivered.
+	attach := func() error {
+		if c != nil {
+			c.Close()
+		}
+		var err error
+		if c, err = amqp.Dial(uri); err != nil {
+			return err
+		}
+		if ch, err = c.Channel(); err != nil {
+			return err
+		}
+		if err := ch.Qos(1000, 0, false); err != nil {
+			return err
+		}
+		ds, err = ch.Consume(queue, "", false, false, false, false, nil)
 		return err
 	}
-	defer c.Close()
-	ch, err := c.Channel()
-	if err != nil {
+	if err := attach(); err != nil {
 		return err
 	}
-	if err := ch.Qos(1000, 0, false); err != nil {
-		return err
-	}
-	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
-	if err != nil {
-		return err
-	}
+	defer func() { c.Close() }()
 	lastReport := time.Now()
 	start := time.Now()
 	var unacked int
-	for res.Received < want {
+	for res.Received-res.Duplicates < want {
 		select {
 		case d, ok := <-ds:
 			if !ok {
-				return errors.New("consumer channel closed")
+				fmt.Fprintf(out, "   drain: consumer closed at %d received; attaching again\n", res.Received)
+				if err := attach(); err != nil {
+					return fmt.Errorf("attach the consumer again: %w", err)
+				}
+				unacked = 0
+				continue
 			}
-			res.Received++
+			if res.Received++; res.Received == 1 {
+				fmt.Fprintf(out, "   drain: first delivery after %v\n", time.Since(start).Round(time.Millisecond))
+			}
 			if d.Redelivered {
 				res.Redelivered++
 			}
@@ -438,8 +469,8 @@ func backlogDrain(ctx context.Context, uri, queue string, want int64, seen [][]b
 				}
 				unacked = 0
 			}
-		case <-time.After(30 * time.Second):
-			fmt.Fprintf(out, "   drain: nothing for 30 s at %d of %d\n", res.Received, want)
+		case <-time.After(drainIdle):
+			fmt.Fprintf(out, "   drain: nothing for %v at %d of %d\n", drainIdle, res.Received, want)
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
