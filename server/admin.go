@@ -41,6 +41,8 @@ type QueueInfo struct {
 	// EffectivePolicyDefinition is their merged definition, as RabbitMQ's API shows it.
 	Policy, OperatorPolicy    string
 	EffectivePolicyDefinition map[string]any
+	// Members is a quorum queue's leader, members and online members (nil for other queues).
+	Members *core.QueueMembers
 }
 
 // Queues lists the declared queues of every vhost, by vhost then name.
@@ -70,7 +72,11 @@ func (s *Server) Queue(vhost, name string) (QueueInfo, bool) {
 func queueInfo(q *core.Queue) QueueInfo {
 	st := q.Stats()
 	m := q.PolicyMatch()
-	return QueueInfo{
+	var members *core.QueueMembers
+	if qm, ok := q.Members(); ok {
+		members = &qm
+	}
+	return QueueInfo{Members: members,
 		Name: q.Name(), VHost: q.VHost().Name(), Type: q.Kind(),
 		Durable: q.Durable(), AutoDelete: q.AutoDelete(), Exclusive: q.Exclusive(), Arguments: q.Args(),
 		Ready: st.Ready, Unacked: st.Unacked, Consumers: st.Consumers,

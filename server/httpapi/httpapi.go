@@ -80,7 +80,7 @@ func apiRoutes() []route {
 		owner   = auth.HTTPOwner
 		noVhost = -1
 	)
-	return []route{
+	return append([]route{
 		{"GET", []string{"overview"}, any, noVhost, (*api).overview},
 		{"GET", []string{"whoami"}, any, noVhost, (*api).whoami},
 		{"GET", []string{"vhosts"}, any, noVhost, (*api).vhosts},
@@ -135,7 +135,7 @@ func apiRoutes() []route {
 		{"GET", []string{"exchanges", "*"}, vh, 0, (*api).exchanges},
 		{"GET", []string{"exchanges", "*", "*"}, vh, 0, (*api).exchange},
 		{"GET", []string{"health", "checks", "alarms"}, any, noVhost, (*api).alarms},
-	}
+	}, memberRoutes()...)
 }
 
 // Handler returns the API's handler for broker b.
@@ -439,7 +439,7 @@ func listInVhost[T any](a *api, w http.ResponseWriter, r *http.Request, args []s
 }
 
 func (a *api) queueJSON(q server.QueueInfo) map[string]any {
-	return map[string]any{
+	out := map[string]any{
 		"name":                        q.Name,
 		"vhost":                       q.VHost,
 		"type":                        q.Type,
@@ -457,6 +457,10 @@ func (a *api) queueJSON(q server.QueueInfo) map[string]any {
 		"operator_policy":             nullable(q.OperatorPolicy),
 		"effective_policy_definition": q.EffectivePolicyDefinition,
 	}
+	if m := q.Members; m != nil {
+		membersJSON(out, *m)
+	}
+	return out
 }
 
 // nullable is a name the API shows as null when empty.
