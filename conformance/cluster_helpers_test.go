@@ -35,6 +35,7 @@ type clusterNode struct {
 	dir         string
 	peers       string // the --cluster-peers value
 	join        bool   // start with --cluster-join
+	HTTPAddr    string // host:port of the HTTP API, if the test set one before launch
 	b           *broker
 	lives       int
 	history     []string // tails of the logs of earlier processes, for failure reports
@@ -149,7 +150,7 @@ func (nd *clusterNode) logReport() string {
 func (nd *clusterNode) args() []string {
 	args := []string{"serve",
 		"--amqp-listen", nd.AMQPAddr,
-		"--http-listen", "",
+		"--http-listen", nd.HTTPAddr,
 		"--prometheus-listen", "",
 		"--stream-listen", "",
 		"--data-dir", nd.dir,

@@ -50,6 +50,8 @@ type QueueInfo struct {
 	Traffic stats.Snapshot
 	// GroupID is the raft group of a replicated queue (0 if not replicated).
 	GroupID uint64
+	// Members is a quorum queue's leader, members and online members (nil for other queues).
+	Members *core.QueueMembers
 }
 
 // Queues lists the declared queues of every vhost, by vhost then name.
@@ -79,7 +81,11 @@ func (s *Server) Queue(vhost, name string) (QueueInfo, bool) {
 func queueInfo(q *core.Queue) QueueInfo {
 	st := q.Stats()
 	m := q.PolicyMatch()
-	return QueueInfo{
+	var members *core.QueueMembers
+	if qm, ok := q.Members(); ok {
+		members = &qm
+	}
+	return QueueInfo{Members: members,
 		Name: q.Name(), VHost: q.VHost().Name(), Type: q.Kind(),
 		Durable: q.Durable(), AutoDelete: q.AutoDelete(), Exclusive: q.Exclusive(), Arguments: q.Args(),
 		Ready: st.Ready, Unacked: st.Unacked, Consumers: st.Consumers,

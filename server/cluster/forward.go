@@ -19,6 +19,9 @@ const (
 	fwdAddVoter     byte = 2
 	fwdAddNonvoter  byte = 3
 	fwdRemoveServer byte = 4
+	fwdDemoteVoter  byte = 5
+	// fwdTransferLeader asks the leader to hand its leadership to the named voter.
+	fwdTransferLeader byte = 6
 )
 
 // Forwarded response codes.
@@ -470,7 +473,7 @@ func (n *Node) serveForward(c net.Conn, br *bufio.Reader) {
 				wg.Done()
 				out <- encodeResponse(id, codeRetry, 0, []byte("group closing on node "+n.cfg.NodeID))
 			}
-		case fwdAddVoter, fwdAddNonvoter, fwdRemoveServer:
+		case fwdAddVoter, fwdAddNonvoter, fwdRemoveServer, fwdDemoteVoter, fwdTransferLeader:
 			sid, addr := string(d.bytes()), string(d.bytes())
 			if d.err != nil {
 				break
@@ -530,6 +533,13 @@ func (g *Group) changeLocal(op byte, id, addr string, timeout time.Duration) err
 		f = g.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
 	case fwdRemoveServer:
 		f = g.raft.RemoveServer(raft.ServerID(id), 0, timeout)
+	case fwdDemoteVoter:
+		f = g.raft.DemoteVoter(raft.ServerID(id), 0, timeout)
+	case fwdTransferLeader:
+		if id == g.n.cfg.NodeID {
+			return nil // done meanwhile (a retry reached the new leader)
+		}
+		return g.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 	default:
 		return fmt.Errorf("unknown configuration change %d", op)
 	}
@@ -595,4 +605,19 @@ func (g *Group) AddNonvoter(ctx context.Context, id, addr string) error {
 // RemoveServer removes node id from the group (forwarded to the leader if needed).
 func (g *Group) RemoveServer(ctx context.Context, id string) error {
 	return g.membership(ctx, fwdRemoveServer, "remove server", id, "")
+}
+
+// DemoteVoter makes voter id a nonvoter: it keeps its replica (and receives the log) but no
+// longer counts for the group's quorum (forwarded to the leader if needed).
+func (g *Group) DemoteVoter(ctx context.Context, id string) error {
+	return g.membership(ctx, fwdDemoteVoter, "demote voter", id, "")
+}
+
+// TransferLeadership asks the group's leader (here or forwarded) to hand its leadership to voter
+// id at addr, and waits until the transfer is done or failed.
+func (g *Group) TransferLeadership(ctx context.Context, id, addr string) error {
+	if g.Leader() == id {
+		return nil
+	}
+	return g.membership(ctx, fwdTransferLeader, "transfer leadership to", id, addr)
 }

@@ -83,7 +83,7 @@ func apiRoutes() []route {
 		owner   = auth.HTTPOwner
 		noVhost = -1
 	)
-	return []route{
+	return append([]route{
 		{"GET", []string{"overview"}, any, noVhost, (*api).overview},
 		{"GET", []string{"whoami"}, any, noVhost, (*api).whoami},
 		{"GET", []string{"vhosts"}, any, noVhost, (*api).vhosts},
@@ -138,7 +138,7 @@ func apiRoutes() []route {
 		{"GET", []string{"exchanges", "*"}, vh, 0, (*api).exchanges},
 		{"GET", []string{"exchanges", "*", "*"}, vh, 0, (*api).exchange},
 		{"GET", []string{"health", "checks", "alarms"}, any, noVhost, (*api).alarms},
-	}
+	}, memberRoutes()...)
 }
 
 // Handler returns the API's handler for broker b.
@@ -520,6 +520,9 @@ func (a *api) queueJSON(q server.QueueInfo) map[string]any {
 		out["segments"] = q.Stats.Segments
 		out["message_bytes"] = q.Stats.Bytes
 		out["memory"] = 0
+	}
+	if m := q.Members; m != nil {
+		membersJSON(out, *m)
 	}
 	return out
 }

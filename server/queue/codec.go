@@ -178,7 +178,7 @@ func DecodeCommand(b []byte, cmd *Command) (now int64, err error) {
 	case CmdPurge:
 		cmd.Producer = r.u64("producer")
 		cmd.Seq = r.uvarint("seq")
-	case CmdTick:
+	case CmdTick, CmdTouch:
 	case CmdNodeReset:
 		cmd.Node = r.u16("node")
 		cmd.Except = r.u8("except") == 1

@@ -37,9 +37,9 @@ type QuorumConfig struct {
 	// Node is this node's tag and Epoch this boot's epoch in consumer ids (see ConsumerNode).
 	Node, Epoch uint16
 	// Classic makes the queue serve a durable classic queue in a cluster (one voter, with
-	// non-voting replicas elsewhere): Kind is "classic", and a channel's global prefetch applies
-	// per consumer (as RabbitMQ 4.3 does) instead of being refused. Like every replicated queue it
-	// is never auto-deleted and has no x-expires.
+	// non-voting replicas elsewhere): Kind is "classic", a channel's global prefetch applies per
+	// consumer (as RabbitMQ 4.3 does) instead of being refused, and a redeclaration renews its
+	// x-expires lease (quorumexpires.go). Like every replicated queue it is never auto-deleted.
 	Classic bool
 }
 
@@ -114,6 +114,7 @@ type Quorum struct {
 	expiry    int64      // earliest deadline of a ready message (hasExpiry)
 	hasExpiry bool
 	ticking   bool
+	exp       quorumExpiry // x-expires (quorumexpires.go)
 	// stale are this node's consumers (this epoch) that are gone locally but still attached in
 	// the replicated state; reaping marks those whose removal is proposed and not yet answered.
 	stale   []ConsumerID
@@ -177,6 +178,7 @@ func OpenQuorum(cfg OpenConfig, qc QuorumConfig) (*Quorum, error) {
 		slots:     make(chan struct{}, quorumMaxInflight),
 		s:         NewState(StateConfig{Config: cfg.Lifecycle, Replicated: true, Source: cfg.ID}),
 		consumers: make(map[ConsumerID]*quorumConsumer),
+		exp:       quorumExpiry{ttl: cfg.Expires, lastActive: nowMs()},
 		dlxRetry:  defaultDLXRetry,
 		kick:      make(chan struct{}, 1),
 		quit:      make(chan struct{}),
@@ -205,8 +207,16 @@ func (q *Quorum) Kick() {
 	}
 }
 
-// Touch implements Queue; replicated queues have no x-expires.
-func (q *Quorum) Touch() {}
+// Touch implements Queue: a redeclaration renews a replicated classic queue's x-expires lease
+// (through its log, so that its leader sees it); a quorum queue's is not renewed, as in RabbitMQ.
+func (q *Quorum) Touch() {
+	q.mu.Lock()
+	touch := q.classic && q.exp.ttl > 0 && !q.closed
+	q.mu.Unlock()
+	if touch {
+		q.propose(&Command{Type: CmdTouch}, nil)
+	}
+}
 
 // encode encodes a command at the current time.
 func encode(cmd *Command, size int) []byte {
@@ -607,6 +617,9 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	}
 	q.storeEffects(fx)
 	kick := q.route(fx.Deliveries) || fx.DeadRecorded > 0 || q.expiry != fx.NextExpiry
+	if isUse(q.cmd.Type) && q.exp.used(q.s.now) {
+		kick = true // the dispatcher re-arms the x-expires timer
+	}
 	if q.cmd.Type == CmdNodeReset && q.cmd.Node == q.node {
 		for id, cc := range q.consumers {
 			if !cc.pending && !q.s.m.hasConsumer(id) {
@@ -727,6 +740,7 @@ func (q *Quorum) RestoreFrom(r io.Reader) error {
 	q.outbox, q.stale, q.reaping = nil, nil, nil
 	q.reconcileLocked()
 	q.expiry, q.hasExpiry = s.m.nextExpiry()
+	q.exp.lastActive, q.exp.reportedAt = max(q.exp.lastActive, s.now), 0
 	q.dlxGen++
 	q.dlxInflight = nil
 	q.mu.Unlock()
@@ -810,6 +824,11 @@ func (q *Quorum) dispatch() {
 				at, timed = t, true
 			}
 		}
+		if leader {
+			if t, ok := q.exp.deadline(len(q.s.m.consumers)); ok && (!timed || t < at) {
+				at, timed = t, true
+			}
+		}
 		q.mu.Unlock()
 		var wake <-chan time.Time
 		if timed {
@@ -834,10 +853,12 @@ func (q *Quorum) dispatch() {
 			q.mu.Unlock()
 			return
 		}
-		tick := q.hasExpiry && !q.ticking && now >= q.expiry && q.rep.IsLeader()
+		isLeader := q.rep.IsLeader()
+		tick := q.hasExpiry && !q.ticking && now >= q.expiry && isLeader
 		if tick {
 			q.ticking = true
 		}
+		expired := isLeader && q.exp.due(now, len(q.s.m.consumers))
 		var late []Consumer
 		if q.consumerTimeout > 0 && len(q.consumers) > 0 {
 			for _, id := range q.s.m.timedOut(now, q.timeout) {
@@ -856,6 +877,9 @@ func (q *Quorum) dispatch() {
 		}
 		q.mu.Unlock()
 
+		if expired && q.hooks != nil {
+			q.hooks.Expired(q) // the core deletes the queue on every member
+		}
 		if tick {
 			gen := q.dlxGenNow()
 			q.propose(&Command{Type: CmdTick}, func(error) {
@@ -1077,6 +1101,7 @@ func (q *Quorum) Reconfigure(cfg OpenConfig) error {
 	q.mu.Lock()
 	closed := q.closed
 	q.consumerTimeout = cfg.ConsumerTimeout
+	q.exp.ttl = cfg.Expires
 	q.mu.Unlock()
 	if closed {
 		return ErrGone

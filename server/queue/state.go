@@ -131,6 +131,9 @@ const (
 	// CmdConfigure changes the limits a policy may change while the queue runs (Limits:
 	// MessageTTL, MaxLength, MaxLengthBytes, Overflow, DeliveryLimit) and trims the queue to them.
 	CmdConfigure
+	// CmdTouch records a use of the queue (a replicated classic queue redeclared), for x-expires;
+	// it changes nothing in the state.
+	CmdTouch
 	cmdTypes
 )
 
@@ -387,6 +390,7 @@ func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 		s.purge(cmd, fx)
 	case CmdTick:
 		fx.Dead = m.expire(now, fx.Dead)
+	case CmdTouch:
 	case CmdNodeReset:
 		s.nodeReset(cmd, fx)
 	case CmdDeadLettered:
