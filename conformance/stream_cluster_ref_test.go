@@ -147,8 +147,8 @@ func (r *rabbitChaos) pid(i int) int {
 	if n <= 0 {
 		return 0
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n))
-	if err != nil || !bytes.Contains(cmdline, []byte(r.node(i))) {
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", n))
+	if err != nil || !bytes.Contains(environ, []byte("RABBITMQ_NODENAME="+r.node(i)+"\x00")) {
 		return 0
 	}
 	return n
@@ -181,6 +181,25 @@ func (r *rabbitChaos) stop(t *testing.T) {
 	for i := range r.n {
 		if pid := r.pid(i); pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	// Nodes of an earlier run whose pid files are gone: found by their node name, which is this
+	// test's alone.
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, f := range procs {
+		environ, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for i := range r.n {
+			if bytes.Contains(environ, []byte("RABBITMQ_NODENAME="+r.node(i)+"\x00")) {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil && pid != os.Getpid() {
+					cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cmdline"))
+					if bytes.Contains(cmdline, []byte("beam.smp")) {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
 		}
 	}
 	time.Sleep(time.Second)
