@@ -165,9 +165,34 @@ func (c *conn) publish(frame []byte) error {
 	if n == 0 {
 		return nil
 	}
+	// A frame goes to the stream as its first message, then slices of at most appendSlice
+	// messages. The log's writer writes what it finds queued when it wakes (at an idle stream:
+	// the first message alone) and merges everything queued meanwhile into the next chunks, so
+	// a large batch arriving at an idle stream becomes several chunks, as in RabbitMQ (whose
+	// osiris writer receives a frame's messages one by one); consumers with little credit rely
+	// on that. Under load the slices merge into full chunks anyway.
+	for first := true; len(recs) > 0; first = false {
+		n := min(len(recs), appendSlice)
+		if first {
+			n = 1
+		}
+		c.appendSlice(p, m.PublisherID, recs[:n], ids[:n])
+		recs, ids = recs[n:], ids[n:]
+	}
+	return nil
+}
+
+// appendSlice is the most messages of a publish frame handed to the stream in one append.
+const appendSlice = 128
+
+// appendSlice appends records and confirms (or refuses) their publishing ids once stored.
+func (c *conn) appendSlice(p *publisher, pid uint8, recs []stream.Record, ids []uint64) {
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Raw)
+	}
 	credit := int64(size) + int64(len(recs))*64
 	c.pubBytes.acquire(credit)
-	pid := m.PublisherID
 	out := c.out
 	p.rep.Publish(recs, func(err error) {
 		c.pubBytes.release(credit)
@@ -189,7 +214,6 @@ func (c *conn) publish(frame []byte) error {
 			out.send(b)
 		}
 	})
-	return nil
 }
 
 // publishError refuses every message of a publish frame with code.
