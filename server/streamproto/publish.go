@@ -3,6 +3,7 @@ package streamproto
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"warren/server/auth"
 	"warren/server/core"
@@ -165,22 +166,36 @@ func (c *conn) publish(frame []byte) error {
 	if n == 0 {
 		return nil
 	}
-	// A frame goes to the stream as its first message, then slices of at most appendSlice
-	// messages. The log's writer writes what it finds queued when it wakes (at an idle stream:
-	// the first message alone) and merges everything queued meanwhile into the next chunks, so
-	// a large batch arriving at an idle stream becomes several chunks, as in RabbitMQ (whose
-	// osiris writer receives a frame's messages one by one); consumers with little credit rely
-	// on that. Under load the slices merge into full chunks anyway.
-	for first := true; len(recs) > 0; first = false {
-		n := min(len(recs), appendSlice)
-		if first {
-			n = 1
+	// At an idle stream (nothing being written) the frame's first message goes alone and the
+	// reader waits (at most idleFirstWait) until the writer has made it a chunk: RabbitMQ's
+	// osiris writer receives a frame's messages one by one and writes the first at once, so a
+	// batch arriving at an idle stream becomes several chunks there, and consumers with little
+	// credit rely on it. Under load the writer is busy and the frame's messages are appended in
+	// slices of appendSlice that merge into full chunks.
+	l := p.rep.Log()
+	if len(recs) > 1 {
+		if w := l.Written(); w == l.Durable() && w == l.Committed() {
+			c.appendSlice(p, m.PublisherID, recs[:1], ids[:1])
+			recs, ids = recs[1:], ids[1:]
+			t := time.NewTimer(idleFirstWait)
+			select {
+			case <-l.WaitWritten(w):
+			case <-t.C:
+			}
+			t.Stop()
 		}
+	}
+	for len(recs) > 0 {
+		n := min(len(recs), appendSlice)
 		c.appendSlice(p, m.PublisherID, recs[:n], ids[:n])
 		recs, ids = recs[n:], ids[n:]
 	}
 	return nil
 }
+
+// idleFirstWait bounds the wait for an idle stream's writer to take a frame's first message
+// (a stream just declared may still be electing its leader).
+const idleFirstWait = 250 * time.Millisecond
 
 // appendSlice is the most messages of a publish frame handed to the stream in one append.
 const appendSlice = 128
