@@ -9,9 +9,10 @@
 # The suite's ports are fixed, so the script runs in a network namespace of its own
 # (`unshare --net`, as root): nothing collides with other brokers on the machine. The client's
 # module must be in the module cache (go mod download github.com/rabbitmq/rabbitmq-stream-go-client@v1.8.3
-# and its test dependencies; nothing is downloaded here). With REFERENCE=1 it runs against
-# whatever listens on 5552/15672 instead of starting Warren (outside a namespace: the
-# reference RabbitMQ needs its ports mapped, see the README). The summary is Ginkgo's
+# and its test dependencies; nothing is downloaded here). With REFERENCE=1 it starts nothing
+# and runs outside a namespace against the reference RabbitMQ (../shared/tools/rabbitmq.sh:
+# stream port 5562, management 15682): the copied suite's hard-coded 5552 and 15672 are
+# rewritten to REF_STREAM_PORT and REF_HTTP_PORT. The summary is Ginkgo's
 # "Ran N of M Specs ... N Passed | N Failed | N Pending | N Skipped".
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -31,6 +32,9 @@ if [ "${REFERENCE:-}" != 1 ]; then
 fi
 cp -r "$MOD/." "$work/client" && chmod -R u+w "$work/client"
 cd "$work/client" || exit 1
+if [ "${REFERENCE:-}" = 1 ]; then
+  grep -rl --include='*.go' -e 5552 -e 15672 pkg | xargs sed -i "s/5552/${REF_STREAM_PORT:-5562}/g; s/15672/${REF_HTTP_PORT:-15682}/g"
+fi
 args=(-count=1 -timeout 30m ./pkg/stream/ -args -ginkgo.no-color -ginkgo.v)
 [ -n "$FOCUS" ] && args+=("-ginkgo.focus=$FOCUS")
 GOFLAGS=-mod=mod GOPROXY=off go test "${args[@]}" 2>&1 | tee "$work/suite.log" | grep -E "^\s*\[FAIL\]"
