@@ -267,6 +267,64 @@ func streamReadAll(t testing.TB, url, s string, want int, quiet, d time.Duration
 	}
 }
 
+// chaosCluster is a 3-node broker cluster the stream chaos check runs against: Warren's
+// `warren serve` processes, or a RabbitMQ reference cluster (stream_cluster_ref_test.go).
+type chaosCluster interface {
+	urls() []string
+	name(i int) string
+	// leader polls until a running node names the stream's leader and returns its index; with
+	// not >= 0, until the leader is another node than not.
+	leader(t *testing.T, not int) int
+	kill(t *testing.T, i int)    // SIGKILL node i
+	restart(t *testing.T, i int) // start node i again on its data and wait until it accepts
+	saveLogs(i int)              // keep node i's log before it is killed (WARREN_CHAOS_LOGDIR)
+}
+
+// warrenChaos is a Warren test cluster as a chaosCluster.
+type warrenChaos struct {
+	c     *testCluster
+	group string
+}
+
+func (w *warrenChaos) urls() []string {
+	var out []string
+	for _, nd := range w.c.Nodes {
+		out = append(out, nd.URL)
+	}
+	return out
+}
+
+func (w *warrenChaos) name(i int) string { return w.c.Nodes[i].ID }
+
+func (w *warrenChaos) leader(t *testing.T, not int) int {
+	st := pollStatus(t, 30*time.Second, w.group+" has a leader", w.c.Nodes, func(s clusterStatus) bool {
+		g, ok := s.group(w.group)
+		return ok && g.Leader != "" && (not < 0 || g.Leader != w.c.Nodes[not].ID)
+	})
+	g, _ := st.group(w.group)
+	for i, nd := range w.c.Nodes {
+		if nd.ID == g.Leader {
+			return i
+		}
+	}
+	t.Fatalf("leader %q is not a node of the cluster", g.Leader)
+	return -1
+}
+
+func (w *warrenChaos) kill(_ *testing.T, i int) { w.c.Nodes[i].kill9() }
+
+func (w *warrenChaos) restart(_ *testing.T, i int) {
+	w.c.Nodes[i].launch()
+	w.c.Nodes[i].waitAccepting(30 * time.Second)
+}
+
+func (w *warrenChaos) saveLogs(i int) {
+	nd := w.c.Nodes[i]
+	if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" && nd.b != nil {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", nd.ID, nd.lives)), []byte(nd.b.logs()), 0o644)
+	}
+}
+
 // TestClusterStreamChaos: a stream on three nodes; two confirm-mode publishers (on n2 and n3 by
 // preference) and a consumer (on n1) run while a random node, the stream's leader every third
 // time, is SIGKILLed and restarted, WARREN_STREAM_CHAOS_KILLS times (default 6). Afterwards
@@ -276,7 +334,6 @@ func TestClusterStreamChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills nodes of a 3-node cluster repeatedly; skipped with -short")
 	}
-	kills := envInt(t, "WARREN_STREAM_CHAOS_KILLS", 6)
 	const s = "chaos.stream"
 	group := streamGroupName(s)
 	c := newTestCluster(t, 3)
@@ -289,10 +346,31 @@ func TestClusterStreamChaos(t *testing.T) {
 	if g, _ := st.group(group); len(g.Voters) != 3 {
 		t.Errorf("stream group has voters %v, want the 3 nodes (x-initial-cluster-size defaults to 3)", g.Voters)
 	}
+	w := &warrenChaos{c: c, group: group}
+	res := runStreamChaos(t, w, s)
+	t.Logf("Warren: %d published, %d confirmed, %d lost, longest confirm stall %v, failover %v",
+		res.published, res.confirmed, res.lost, res.longestStall.Round(time.Millisecond), res.failover.Round(time.Millisecond))
+	for i := range c.Nodes {
+		w.saveLogs(i)
+	}
+}
+
+// chaosResult is what runStreamChaos measured.
+type chaosResult struct {
+	published, confirmed, lost int
+	longestStall, failover     time.Duration
+}
+
+// runStreamChaos runs the check on stream s of cluster cc (declared, with a leader): two
+// publishers, a consumer, WARREN_STREAM_CHAOS_KILLS (default 6) SIGKILLs of random nodes, the
+// leader every third time, then everything read back through every node.
+func runStreamChaos(t *testing.T, cc chaosCluster, s string) chaosResult {
+	kills := envInt(t, "WARREN_STREAM_CHAOS_KILLS", 6)
+	nodes := cc.urls()
 	prefer := func(i int) []string {
 		var urls []string
-		for k := range c.Nodes {
-			urls = append(urls, c.Nodes[(i+k)%len(c.Nodes)].URL)
+		for k := range nodes {
+			urls = append(urls, nodes[(i+k)%len(nodes)])
 		}
 		return urls
 	}
@@ -394,23 +472,18 @@ func TestClusterStreamChaos(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
 	leaderKills := 0
 	type leaderKill struct {
-		at       time.Time
-		elected  time.Duration // until a running node names another leader
+		at        time.Time
+		elected   time.Duration // until a running node names another leader
 		newLeader string
 	}
 	var lkills []leaderKill
 	for k := range kills {
-		var victim *clusterNode
+		var victim int
 		if k%3 == 0 {
-			st := pollStatus(t, 20*time.Second, group+" has a leader before kill", c.Nodes, func(s clusterStatus) bool {
-				g, ok := s.group(group)
-				return ok && g.Leader != ""
-			})
-			g, _ := st.group(group)
-			victim = c.node(g.Leader)
+			victim = cc.leader(t, -1)
 			leaderKills++
 		} else {
-			victim = c.Nodes[rng.IntN(len(c.Nodes))]
+			victim = rng.IntN(len(nodes))
 		}
 		confirmedBefore := 0
 		for _, p := range pubs {
@@ -418,32 +491,26 @@ func TestClusterStreamChaos(t *testing.T) {
 			confirmedBefore += len(p.confirmed)
 			p.mu.Unlock()
 		}
-		if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" && victim.b != nil {
-			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", victim.ID, victim.lives)), []byte(victim.b.logs()), 0o644)
-		}
+		cc.saveLogs(victim)
 		isLeader := k%3 == 0
 		killedAt := time.Now()
-		victim.kill9()
-		t.Logf("kill %d: SIGKILL %s at %s (%d confirmed so far)", k+1, victim.ID, killedAt.Format("15:04:05.000"), confirmedBefore)
+		cc.kill(t, victim)
+		t.Logf("kill %d: SIGKILL %s at %s (%d confirmed so far)", k+1, cc.name(victim), killedAt.Format("15:04:05.000"), confirmedBefore)
 		if isLeader {
-			st := pollStatus(t, 30*time.Second, group+" has a new leader", c.Nodes, func(s clusterStatus) bool {
-				g, ok := s.group(group)
-				return ok && g.Leader != "" && g.Leader != victim.ID
-			})
-			g, _ := st.group(group)
-			lk := leaderKill{at: killedAt, elected: time.Since(killedAt), newLeader: g.Leader}
+			nl := cc.leader(t, victim)
+			lk := leaderKill{at: killedAt, elected: time.Since(killedAt), newLeader: cc.name(nl)}
 			lkills = append(lkills, lk)
-			t.Logf("kill %d: %s leads the stream %v after the leader's SIGKILL", k+1, g.Leader, lk.elected.Round(time.Millisecond))
+			t.Logf("kill %d: %s leads the stream %v after the leader's SIGKILL", k+1, lk.newLeader, lk.elected.Round(time.Millisecond))
 		}
 		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
-		victim.launch()
-		victim.waitAccepting(30 * time.Second)
+		cc.restart(t, victim)
 		time.Sleep(time.Duration(1000+rng.IntN(1500)) * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)
 	end := time.Now()
 	stopPubs()
 
+	var res chaosResult
 	total := 0
 	confirmed := make(map[string]bool)
 	for _, p := range pubs {
@@ -454,6 +521,7 @@ func TestClusterStreamChaos(t *testing.T) {
 		total += p.published
 		p.mu.Unlock()
 		stall := p.longestStall(begin, end)
+		res.longestStall = max(res.longestStall, stall)
 		t.Logf("publisher %s: %d published, %d confirmed, longest confirm stall %v", p.name, p.published, len(p.confirmed), stall.Round(time.Millisecond))
 		for _, st := range p.stalls(begin, end, 2*time.Second) {
 			t.Logf("publisher %s: no confirm from %s to %s", p.name, st[0].Format("15:04:05.000"), st[1].Format("15:04:05.000"))
@@ -492,6 +560,7 @@ func TestClusterStreamChaos(t *testing.T) {
 			lk.newLeader, lk.elected.Round(time.Millisecond), gap.Round(time.Millisecond))
 	}
 	t.Logf("failover: longest confirm gap across a leader kill %v", worstFailover.Round(time.Millisecond))
+	res.failover = worstFailover
 
 	// The consumer catches up with everything confirmed.
 	if !pollUntil(60*time.Second, func() bool {
@@ -525,8 +594,25 @@ func TestClusterStreamChaos(t *testing.T) {
 	// Every node serves the same messages at the same dense offsets.
 	var ref map[int64]string
 	var refNode string
-	for _, nd := range c.Nodes {
-		got, err := streamReadAll(t, nd.URL, s, len(confirmed), 3*time.Second, 90*time.Second)
+	// The nodes are read at once, each bounded by 90 s plus 0.4 ms a message (a long run of a
+	// fast broker has millions).
+	reads := make([]map[int64]string, len(nodes))
+	readErrs := make([]error, len(nodes))
+	var rwg sync.WaitGroup
+	readStart := time.Now()
+	for i, url := range nodes {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			reads[i], readErrs[i] = streamReadAll(t, url, s, len(confirmed), 3*time.Second,
+				90*time.Second+time.Duration(len(confirmed))*400*time.Microsecond)
+		}()
+	}
+	rwg.Wait()
+	t.Logf("read back through %d nodes in %v", len(nodes), time.Since(readStart).Round(time.Second))
+	for i := range nodes {
+		nd := struct{ ID string }{cc.name(i)}
+		got, err := reads[i], readErrs[i]
 		if err != nil {
 			t.Fatalf("read the stream through %s: %v", nd.ID, err)
 		}
@@ -553,6 +639,7 @@ func TestClusterStreamChaos(t *testing.T) {
 			t.Errorf("node %s: offsets %d..%d for %d messages: not dense from 0", nd.ID, offs[0], offs[len(offs)-1], len(offs))
 		}
 		t.Logf("node %s: %d messages at offsets 0..%d, %d of %d confirmed missing", nd.ID, len(got), len(got)-1, lost, len(confirmed))
+		res.lost = max(res.lost, lost)
 		if lost > 0 {
 			t.Errorf("LOST on node %s: %d of %d confirmed messages, e.g. %v", nd.ID, lost, len(confirmed), some)
 		}
@@ -576,13 +663,8 @@ func TestClusterStreamChaos(t *testing.T) {
 			t.Errorf("%d offsets differ between node %s and node %s", diff, refNode, nd.ID)
 		}
 	}
-	if dir := os.Getenv("WARREN_CHAOS_LOGDIR"); dir != "" {
-		for _, nd := range c.Nodes {
-			if nd.b != nil {
-				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", nd.ID, nd.lives)), []byte(nd.b.logs()), 0o644)
-			}
-		}
-	}
 	t.Logf("%d kills (%d of the stream leader) over %v; %d published, %d distinct confirmed", kills, leaderKills,
 		end.Sub(begin).Round(time.Second), total, len(confirmed))
+	res.published, res.confirmed = total, len(confirmed)
+	return res
 }

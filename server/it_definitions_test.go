@@ -197,3 +197,38 @@ func TestITLoadDefinitionsAtBoot(t *testing.T) {
 		t.Fatalf("boot error %v, want the reason (vhost nope)", err)
 	}
 }
+
+// TestITExportImportSuperStream: a super stream survives an export and an import into another
+// broker: the exchange declares its partitions (the exported partition streams and bindings are
+// then already there), and a publish is routed to a partition as before.
+func TestITExportImportSuperStream(t *testing.T) {
+	if againstRabbitMQ() {
+		t.Skip("starts two brokers of its own")
+	}
+	a := startAdmin(t)
+	v := a.vhost("ss")
+	ch := mustChannel(t, mustDial(t, a.url(a.user, a.pass, v)))
+	if err := ch.ExchangeDeclare("events", "x-super-stream", true, false, false, false, amqp.Table{"x-partitions": int64(3)}); err != nil {
+		t.Fatal(err)
+	}
+	doc := a.must("GET", "/api/definitions", nil)
+	b := startAdmin(t)
+	b.must("POST", "/api/definitions", doc)
+	c2 := mustDial(t, b.url(b.user, b.pass, v))
+	ch2 := mustChannel(t, c2)
+	if err := ch2.ExchangeDeclarePassive("events", "x-super-stream", true, false, false, false, nil); err != nil {
+		t.Fatalf("super stream not imported: %v", err)
+	}
+	pub := mustConfirmChannel(t, c2)
+	// "abcd" hashes to partition 2 of 3 (TestITSuperStreamHashRouting).
+	publishConfirmed(t, pub, "events", "abcd", false, amqp.Publishing{Body: []byte("x")})
+	_, d := consumeStream(t, c2, "events-2", 10, amqp.Table{"x-stream-offset": "first"})
+	if m := recvWithin(t, d, waitFor); string(m.Body) != "x" {
+		t.Fatalf("partition events-2 delivered %q", m.Body)
+	}
+	for _, q := range []string{"events-0", "events-1"} {
+		if _, err := mustChannel(t, c2).QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+			t.Fatalf("partition %s not imported: %v", q, err)
+		}
+	}
+}
