@@ -166,17 +166,18 @@ func (c *conn) publish(frame []byte) error {
 	if n == 0 {
 		return nil
 	}
-	// At an idle stream (nothing being written) the frame's first message goes alone and the
-	// reader waits (at most idleFirstWait) until the writer has made it a chunk: RabbitMQ's
-	// osiris writer receives a frame's messages one by one and writes the first at once, so a
-	// batch arriving at an idle stream becomes several chunks there, and consumers with little
-	// credit rely on it. Under load the writer is busy and the frame's messages are appended in
-	// slices of appendSlice that merge into full chunks.
+	// At an idle stream (nothing being written) a large frame's first idleFirst messages go
+	// alone and the reader waits (at most idleFirstWait) until the writer has made them a chunk:
+	// RabbitMQ's osiris writer receives a frame's messages one by one and writes what it has at
+	// once, so a small batch arriving at an idle stream is one chunk there and a large one
+	// several, and clients rely on both (stream stats, consumers with little credit). Under load
+	// the writer is busy and the frame's messages are appended in slices of appendSlice that
+	// merge into full chunks.
 	l := p.rep.Log()
-	if len(recs) > 1 {
+	if len(recs) > idleFirst {
 		if w := l.Written(); w == l.Durable() && w == l.Committed() {
-			c.appendSlice(p, m.PublisherID, recs[:1], ids[:1])
-			recs, ids = recs[1:], ids[1:]
+			c.appendSlice(p, m.PublisherID, recs[:idleFirst], ids[:idleFirst])
+			recs, ids = recs[idleFirst:], ids[idleFirst:]
 			t := time.NewTimer(idleFirstWait)
 			select {
 			case <-l.WaitWritten(w):
@@ -192,6 +193,9 @@ func (c *conn) publish(frame []byte) error {
 	}
 	return nil
 }
+
+// idleFirst is how many messages of a large frame an idle stream writes first, alone.
+const idleFirst = 32
 
 // idleFirstWait bounds the wait for an idle stream's writer to take a frame's first message
 // (a stream just declared may still be electing its leader).
