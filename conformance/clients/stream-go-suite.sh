@@ -35,7 +35,7 @@ cd "$work/client" || exit 1
 if [ "${REFERENCE:-}" = 1 ]; then
   grep -rl --include='*.go' -e 5552 -e 15672 pkg | xargs sed -i "s/5552/${REF_STREAM_PORT:-5562}/g; s/15672/${REF_HTTP_PORT:-15682}/g"
 fi
-args=(-count=1 -timeout 30m ./pkg/stream/ -args -ginkgo.no-color -ginkgo.v)
+args=(-v -count=1 -timeout 30m ./pkg/stream/ -args -ginkgo.no-color -ginkgo.v)
 [ -n "$FOCUS" ] && args+=("-ginkgo.focus=$FOCUS")
 GOFLAGS=-mod=mod GOPROXY=off go test "${args[@]}" 2>&1 | tee "$work/suite.log" | grep -E "^\s*\[FAIL\]"
 [ -n "$warren" ] && [ -n "${KEEP_LOG:-}" ] && cp "$work/warren.log" "$KEEP_LOG"
