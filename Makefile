@@ -100,7 +100,7 @@ BENCH_STREAM_REF ?= rabbitmq-stream://guest:guest@localhost:5562/%2f
 bench-stream: build
 	WARREN_BIN=$(CURDIR)/$(BIN) WARREN_BENCH_RABBITMQ_STREAM_URI='$(BENCH_STREAM_REF)' \
 	WARREN_BENCH_RABBITMQ_PID=$$(cat /tmp/warren-ref-rabbitmq/pid 2>/dev/null) \
-	$(GO) test ./server/streamproto/ -run '^$$' -bench BenchmarkStreamProtocol -benchtime 200000x -count 3
+	$(GO) test ./server/streamproto/ -run '^$$' -bench BenchmarkStreamProtocol -benchtime 100000x -count 3 -timeout 60m
 
 clean:
 	rm -rf bin
