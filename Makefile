@@ -13,7 +13,7 @@ FUZZ_PKG_TARGETS := ./server/streamproto/wire:FuzzDecode ./server/streamproto/wi
 # `make conformance` runs against the built binary.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v '/conformance$$')
 
-.PHONY: help build run test fmt-check vet unit conformance fuzz gen bench clean
+.PHONY: help build run test fmt-check vet unit conformance fuzz gen bench bench-stream clean
 
 help:
 	@echo "make build        build $(BIN)"
@@ -65,6 +65,8 @@ conformance: build
 	if [ -n "$(REF)" ]; then \
 		WARREN_BIN=$(CURDIR)/$(BIN) ./conformance/clients/differential.sh "$(REF)" || status=1; \
 	fi; \
+	echo "== rabbitmq-stream-go-client's suite against $(BIN) (private network namespace; log: bin/stream-go-suite.log)"; \
+	SUITE_LOG=$(CURDIR)/bin/stream-go-suite.log unshare --net ./conformance/clients/stream-go-suite.sh $(CURDIR)/$(BIN) || status=1; \
 	exit $$status
 
 fuzz:
@@ -88,8 +90,17 @@ gen:
 #   make bench BENCH_FLAGS='--scenarios S10'   (--declare-queues, --declare-large-queues, --declare-timeout)
 BENCH_REF   ?= amqp://guest:guest@127.0.0.1:5682/
 BENCH_FLAGS ?=
-bench: build
+bench: build bench-stream
 	./$(BIN) perf bench --ref-uri $(BENCH_REF) --out docs/benchmarks.md $(BENCH_FLAGS)
+
+# The stream protocol through rabbitmq-stream-go-client: publish with confirms and consume, 12 B
+# and 1 KB, Warren (bin/warren as its own process) and the reference RabbitMQ's stream port in
+# the same run, 3 runs each (benchstat-style medians: take the middle of the three lines).
+BENCH_STREAM_REF ?= rabbitmq-stream://guest:guest@localhost:5562/%2f
+bench-stream: build
+	WARREN_BIN=$(CURDIR)/$(BIN) WARREN_BENCH_RABBITMQ_STREAM_URI='$(BENCH_STREAM_REF)' \
+	WARREN_BENCH_RABBITMQ_PID=$$(cat /tmp/warren-ref-rabbitmq/pid 2>/dev/null) \
+	$(GO) test ./server/streamproto/ -run '^$$' -bench BenchmarkStreamProtocol -benchtime 100000x -count 3 -timeout 60m
 
 clean:
 	rm -rf bin

@@ -74,8 +74,18 @@ func (v *VHost) declareSuperStream(ctx context.Context, d ExchangeDecl) *amqp.Er
 	if err != nil {
 		return err
 	}
+	names, keys := d.Partitions, d.BindingKeys
+	if names == nil {
+		for i := range n {
+			names, keys = append(names, partitionName(d.Name, i)), append(keys, strconv.Itoa(i))
+		}
+	}
+	if len(names) != n || len(keys) != n {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-partitions' for exchange '%s' in vhost '%s': %d partitions and %d binding keys for %d",
+			d.Name, v.name, len(names), len(keys), n)
+	}
 	qargs := partitionArgs(d.Args)
-	if _, err := parseQueueArgs(partitionName(d.Name, 0), v.name, qargs, v.b.hasType); err != nil {
+	if _, err := parseQueueArgs(names[0], v.name, qargs, v.b.hasType); err != nil {
 		// The stream arguments' texts name the first partition: RabbitMQ would refuse it so.
 		return err
 	}
@@ -88,12 +98,12 @@ func (v *VHost) declareSuperStream(ctx context.Context, d ExchangeDecl) *amqp.Er
 		return v.checkSuperStream(x, d)
 	}
 	for i := range n {
-		if q := v.Queue(partitionName(d.Name, i)); q != nil {
+		if q := v.Queue(names[i]); q != nil {
 			return amqp.Errorf(amqp.PreconditionFailed, "cannot declare super stream '%s' in vhost '%s': queue '%s' already exists",
 				d.Name, v.name, q.Name())
 		}
 	}
-	st, _ := parseQueueArgs(partitionName(d.Name, 0), v.name, qargs, v.b.hasType)
+	st, _ := parseQueueArgs(names[0], v.name, qargs, v.b.hasType)
 	ex := ExchangeRecord{VHost: v.name, Name: d.Name, Type: SuperStreamType, AutoDelete: d.AutoDelete, Internal: d.Internal, Args: d.Args}
 	parts := amqp.Table{"exchange": ex.encode()}
 	var queues, bindings []any
@@ -102,11 +112,11 @@ func (v *VHost) declareSuperStream(ctx context.Context, d ExchangeDecl) *amqp.Er
 		if merr != nil {
 			return amqp.Errorf(amqp.InternalError, "cannot declare super stream '%s' in vhost '%s': %v", d.Name, v.name, merr)
 		}
-		qr := QueueRecord{VHost: v.name, Name: partitionName(d.Name, i), ID: newQueueID(), Kind: "stream", Args: qargs,
+		qr := QueueRecord{VHost: v.name, Name: names[i], ID: newQueueID(), Kind: "stream", Args: qargs,
 			Voters: voters, Nonvoters: nonvoters}
 		queues = append(queues, qr.encode())
 		br := BindingRecord{VHost: v.name, Binding: exchange.Binding{Source: d.Name, Dest: qr.Name, DestKind: exchange.ToQueue,
-			Key: strconv.Itoa(i), Args: amqp.Table{exchange.PartitionOrderArg: int64(i)}}}
+			Key: keys[i], Args: amqp.Table{exchange.PartitionOrderArg: int64(i)}}}
 		bindings = append(bindings, br.encode())
 	}
 	parts["queues"], parts["bindings"] = queues, bindings

@@ -153,6 +153,10 @@ type ExchangeDecl struct {
 	Name, Type                             string
 	Passive, Durable, AutoDelete, Internal bool
 	Args                                   amqp.Table
+	// Partitions and BindingKeys name a super stream's partition streams and their binding keys
+	// (the stream protocol's create_super_stream); nil means RabbitMQ's default layout,
+	// Name-0..Name-{N-1} bound with "0".."N-1".
+	Partitions, BindingKeys []string
 }
 
 // DeclareExchange declares (or checks) an exchange. A new durable exchange is replicated to

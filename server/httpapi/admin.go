@@ -186,6 +186,18 @@ func (a *api) putVHost(w http.ResponseWriter, r *http.Request, args []string) {
 		changeError(w, err)
 		return
 	}
+	if !existed {
+		// RabbitMQ grants the user who creates a vhost full permissions there
+		// (rabbit_vhost:maybe_grant_full_permissions/2); stream-client suites rely on it.
+		if u := principal(r).Name; u != "" {
+			if _, known := a.c.LookupUser(u); known {
+				if err := a.c.SetPermission(r.Context(), core.PermissionInfo{User: u, VHost: info.Name, Permission: auth.FullAccess}); err != nil {
+					changeError(w, err)
+					return
+				}
+			}
+		}
+	}
 	a.audit(r, "vhost put", "vhost", info.Name)
 	putStatus(w, existed)
 }

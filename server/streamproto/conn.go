@@ -168,13 +168,26 @@ func (c *conn) readLoop() error {
 	}
 }
 
-// drainAfterClose waits (bounded) for the client's answer to a server-sent close.
+// drainAfterClose waits (bounded) for the client's answer to a server-sent close. After a
+// frame too large the framing is lost: bytes are read until the client closes or time is up.
 func (c *conn) drainAfterClose() {
 	c.step = stepCloseSent
 	_ = c.nc.SetReadDeadline(time.Now().Add(closeWait))
-	var buf [4096]byte
 	for {
-		if _, err := c.nc.Read(buf[:]); err != nil {
+		f, err := c.r.ReadFrame()
+		if err != nil {
+			var tl *wire.FrameTooLargeError
+			if !errors.As(err, &tl) {
+				return
+			}
+			var buf [4096]byte
+			for {
+				if _, err := c.nc.Read(buf[:]); err != nil {
+					return
+				}
+			}
+		}
+		if h, err := wire.PeekHeader(f); err == nil && h.Key == wire.CommandClose.Response() {
 			return
 		}
 	}

@@ -53,6 +53,11 @@ func external() (broker, bool) {
 // the test.
 func startBroker(t *testing.T) broker {
 	t.Helper()
+	return startBrokerTB(t)
+}
+
+func startBrokerTB(t testing.TB) broker {
+	t.Helper()
 	if b, ok := external(); ok {
 		return b
 	}

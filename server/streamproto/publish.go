@@ -3,6 +3,7 @@ package streamproto
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"warren/server/auth"
 	"warren/server/core"
@@ -165,9 +166,52 @@ func (c *conn) publish(frame []byte) error {
 	if n == 0 {
 		return nil
 	}
+	// At an idle stream (nothing being written) a large frame's first idleFirst messages go
+	// alone and the reader waits (at most idleFirstWait) until the writer has made them a chunk:
+	// RabbitMQ's osiris writer receives a frame's messages one by one and writes what it has at
+	// once, so a small batch arriving at an idle stream is one chunk there and a large one
+	// several, and clients rely on both (stream stats, consumers with little credit). Under load
+	// the writer is busy and the frame's messages are appended in slices of appendSlice that
+	// merge into full chunks.
+	l := p.rep.Log()
+	if len(recs) > idleFirst {
+		if w := l.Written(); w == l.Durable() && w == l.Committed() {
+			c.appendSlice(p, m.PublisherID, recs[:idleFirst], ids[:idleFirst])
+			recs, ids = recs[idleFirst:], ids[idleFirst:]
+			t := time.NewTimer(idleFirstWait)
+			select {
+			case <-l.WaitWritten(w):
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	for len(recs) > 0 {
+		n := min(len(recs), appendSlice)
+		c.appendSlice(p, m.PublisherID, recs[:n], ids[:n])
+		recs, ids = recs[n:], ids[n:]
+	}
+	return nil
+}
+
+// idleFirst is how many messages of a large frame an idle stream writes first, alone.
+const idleFirst = 32
+
+// idleFirstWait bounds the wait for an idle stream's writer to take a frame's first message
+// (a stream just declared may still be electing its leader).
+const idleFirstWait = 250 * time.Millisecond
+
+// appendSlice is the most messages of a publish frame handed to the stream in one append.
+const appendSlice = 128
+
+// appendSlice appends records and confirms (or refuses) their publishing ids once stored.
+func (c *conn) appendSlice(p *publisher, pid uint8, recs []stream.Record, ids []uint64) {
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Raw)
+	}
 	credit := int64(size) + int64(len(recs))*64
 	c.pubBytes.acquire(credit)
-	pid := m.PublisherID
 	out := c.out
 	p.rep.Publish(recs, func(err error) {
 		c.pubBytes.release(credit)
@@ -189,7 +233,6 @@ func (c *conn) publish(frame []byte) error {
 			out.send(b)
 		}
 	})
-	return nil
 }
 
 // publishError refuses every message of a publish frame with code.

@@ -71,24 +71,27 @@ func (c *conn) createStreamCode(name string, props []wire.Property) wire.Respons
 	if !c.allowed(auth.Configure, name) {
 		return wire.ResponseCodeAccessRefused
 	}
-	if q := c.vhost.Queue(name); q != nil {
-		if q.Kind() == "stream" {
-			return wire.ResponseCodeStreamAlreadyExists
-		}
-		return wire.ResponseCodePreconditionFailed
-	}
 	args, ok := queueArgs(props)
 	if !ok {
 		return wire.ResponseCodePreconditionFailed
 	}
+	existed := c.vhost.Queue(name)
+	if existed != nil && existed.Kind() != "stream" {
+		return wire.ResponseCodePreconditionFailed
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	// A redeclaration with other arguments is refused as in AMQP (406: precondition_failed);
+	// with the same ones the answer is stream_already_exists, as RabbitMQ's.
 	q, err := c.vhost.DeclareQueue(ctx, core.QueueDecl{Name: name, Durable: true, Args: args}, nil)
 	if err != nil {
 		return codeOf(err)
 	}
 	if q.Kind() != "stream" {
 		return wire.ResponseCodePreconditionFailed
+	}
+	if existed != nil {
+		return wire.ResponseCodeStreamAlreadyExists
 	}
 	return wire.ResponseCodeOK
 }
@@ -235,13 +238,6 @@ func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCod
 			return wire.ResponseCodeAccessRefused
 		}
 	}
-	// Warren's super streams have RabbitMQ's default layout: partitions S-0..S-{N-1} bound
-	// with keys "0".."N-1" (core.VHost.DeclareExchange with x-partitions).
-	for i := range n {
-		if m.Partitions[i] != m.Name+"-"+strconv.Itoa(i) || m.BindingKeys[i] != strconv.Itoa(i) {
-			return wire.ResponseCodePreconditionFailed
-		}
-	}
 	if _, ok := c.vhost.SuperStreamPartitions(m.Name); ok {
 		return wire.ResponseCodeStreamAlreadyExists
 	}
@@ -258,7 +254,9 @@ func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCod
 	qargs["x-partitions"] = int64(n)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := c.vhost.DeclareExchange(ctx, core.ExchangeDecl{Name: m.Name, Type: core.SuperStreamType, Durable: true, Args: qargs}); err != nil {
+	d := core.ExchangeDecl{Name: m.Name, Type: core.SuperStreamType, Durable: true, Args: qargs,
+		Partitions: m.Partitions, BindingKeys: m.BindingKeys}
+	if err := c.vhost.DeclareExchange(ctx, d); err != nil {
 		return codeOf(err)
 	}
 	return wire.ResponseCodeOK
