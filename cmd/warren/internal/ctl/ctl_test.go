@@ -116,19 +116,20 @@ func TestUsersVhostsPermissions(t *testing.T) {
 	b.ok(t, "list_vhosts", "--username", "bob", "--password", "n3w")
 	b.fails(t, ctl.ExitNoPerm, "list_vhosts", "--username", "bob", "--password", "s3cret")
 
+	// As in RabbitMQ, the user who creates a vhost through the API gets full permissions in it.
 	b.ok(t, "add_vhost", "v1", "--description", "test vhost")
 	if got, want := b.ok(t, "list_vhosts"), "name\n/\nv1\n"; got != want {
 		t.Errorf("list_vhosts: %q, want %q", got, want)
 	}
 	b.ok(t, "set_permissions", "-p", "v1", "bob", "^c", "^w", "^r")
-	if got, want := b.ok(t, "list_permissions", "-p", "v1"), "user\tconfigure\twrite\tread\nbob\t^c\t^w\t^r\n"; got != want {
+	if got, want := b.ok(t, "list_permissions", "-p", "v1"), "user\tconfigure\twrite\tread\nbob\t^c\t^w\t^r\nguest\t.*\t.*\t.*\n"; got != want {
 		t.Errorf("list_permissions -p v1: %q, want %q", got, want)
 	}
 	if got, want := b.ok(t, "list_user_permissions", "bob"), "vhost\tconfigure\twrite\tread\nv1\t^c\t^w\t^r\n"; got != want {
 		t.Errorf("list_user_permissions bob: %q, want %q", got, want)
 	}
 	b.ok(t, "clear_permissions", "-p", "v1", "bob")
-	if got := b.ok(t, "list_permissions", "-p", "v1", "-s"); got != "" {
+	if got := b.ok(t, "list_permissions", "-p", "v1", "-s"); got != "guest\t.*\t.*\t.*\n" {
 		t.Errorf("permissions left after clear_permissions: %q", got)
 	}
 
