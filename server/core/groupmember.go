@@ -354,7 +354,23 @@ func (m *localMember) proposeRelease(slot int, gen uint64, committed int64) {
 	go func() {
 		defer b.wg.Done()
 		cmd := &groupCmd{Op: "release", Key: m.key, Member: groupMember{ID: m.id}, Slot: slot, Gen: gen, Committed: committed}
-		if err := b.proposeGroup(context.Background(), cmd); err != nil {
+		// The broker's shutdown ends the wait: Close waits for this goroutine, and without a
+		// majority the proposal would only time out, be retried by resync, and so on.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-b.quit:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := b.proposeGroup(ctx, cmd); err != nil {
+			select {
+			case <-b.quit:
+				return // shutting down: the group forgets this node's members when it is next up
+			default:
+			}
 			b.log.Warn("consumer group: cannot release a partition", "group", m.key.group, "slot", slot, "err", err.Text)
 			m.mu.Lock()
 			delete(m.releasing, slot)
