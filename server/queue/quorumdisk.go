@@ -76,7 +76,8 @@ func (q *Quorum) storeEffects(fx *Effects) {
 	if q.disk == nil {
 		return
 	}
-	var b storage.Batch
+	var b, del storage.Batch // the record to add; the records to delete (a batch of its own, so
+	// that deletes go through on a full disk while a record that adds data is refused)
 	var id uint64
 	if q.cmd.Offload && fx.Reply.ID != 0 && !fx.Reply.Duplicate {
 		id = fx.Reply.ID
@@ -102,24 +103,33 @@ func (q *Quorum) storeEffects(fx *Effects) {
 		if st.flags&flagPaged == 0 || held[st.id] {
 			continue
 		}
-		b.Delete(q.bodyKey(st.id))
+		del.Delete(q.bodyKey(st.id))
 		q.paged--
+		q.pmu.Lock()
+		delete(q.pending, st.id) // a body kept in memory because its record could not be written
+		q.pmu.Unlock()
+	}
+	if del.Len() > 0 {
+		q.disk.Commit(&del, func(err error) {
+			if err != nil {
+				q.log.Error("replicated queue: body records not deleted", "queue", q.name, "err", err)
+			}
+		})
 	}
 	if b.Len() == 0 {
 		return
 	}
-	// Records and deletes must go through on a nearly full disk: the raft log already took the
-	// entry (publishes are refused before they are proposed, see Publish).
-	b.UseReserve()
+	// The record is a second copy of a body the raft log already holds, so it does not use the
+	// storage reserve (which raft's own writes, acks and deletes need on a nearly full disk). When
+	// it is refused, the body stays in pending, in memory, until the message leaves the queue.
 	q.disk.Commit(&b, func(err error) {
-		if id != 0 {
-			q.pmu.Lock()
-			delete(q.pending, id)
-			q.pmu.Unlock()
-		}
 		if err != nil {
-			q.log.Error("replicated queue: body records not written", "queue", q.name, "err", err)
+			q.log.Warn("replicated queue: body record not written; the body stays in memory", "queue", q.name, "err", err)
+			return
 		}
+		q.pmu.Lock()
+		delete(q.pending, id)
+		q.pmu.Unlock()
 	})
 }
 
