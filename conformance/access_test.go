@@ -64,6 +64,8 @@ func TestClientSuitesAsProvisionedUsers(t *testing.T) {
 	}
 	const vhost = "suites"
 	call("PUT", "/api/vhosts/"+vhost, map[string]any{"description": "client suites"})
+	// As in RabbitMQ, the vhost's creator (guest) got full permissions in it; take them back.
+	call("DELETE", "/api/permissions/"+vhost+"/guest", nil)
 	call("PUT", "/api/users/suite-app", map[string]any{"password": "app-pass", "tags": "management"})
 	call("PUT", "/api/users/suite-reader", map[string]any{"password": "reader-pass", "tags": ""})
 	call("PUT", "/api/permissions/"+vhost+"/suite-app", map[string]string{"configure": ".*", "write": ".*", "read": ".*"})
@@ -80,7 +82,7 @@ func TestClientSuitesAsProvisionedUsers(t *testing.T) {
 	} else if ae, ok := err.(*amqp.Error); !ok || ae.Code != amqp.AccessRefused {
 		t.Fatalf("declare as the read-only user: %v, want 403", err)
 	}
-	// guest has no permission in the new vhost.
+	// guest no longer has a permission in the new vhost.
 	if c, err := amqp.Dial(fmt.Sprintf("amqp://guest:guest@%s/%s", b.Addr, vhost)); err == nil {
 		c.Close()
 		t.Fatal("guest connected to a vhost it has no permission in")
