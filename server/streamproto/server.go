@@ -214,9 +214,9 @@ func (s *Server) removeConn(c *conn) {
 	s.mu.Unlock()
 }
 
-// Shutdown stops accepting, closes every connection (a close command with code
-// internal_error... no: RabbitMQ just drops stream connections at shutdown; Warren sends a close
-// first) and waits, bounded by ctx, for every goroutine to finish.
+// Shutdown stops accepting, closes every connection (RabbitMQ drops stream connections at
+// shutdown; Warren sends a close command first, so clients can tell a shutdown from a network
+// failure) and waits, bounded by ctx, for every goroutine to finish.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
