@@ -193,9 +193,12 @@ func TestGaugesFollowTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	agg := b.waitFor(t, "/metrics", "2 unacked on m.b", func(f map[string]*dto.MetricFamily) bool {
+	// The queue counts a delivery as unacked before the channel's delivery goroutine counts it as
+	// delivered: wait for both.
+	agg := b.waitFor(t, "/metrics", "2 unacked on m.b, 2 delivered", func(f map[string]*dto.MetricFamily) bool {
 		v, _ := value(f, "rabbitmq_queue_messages_unacked", nil)
-		return v == 2
+		d, _ := value(f, "rabbitmq_global_messages_delivered_total", map[string]string{"protocol": "amqp091"})
+		return v == 2 && d == 2
 	})
 	for name, want := range map[string]float64{
 		"rabbitmq_connections":                1,

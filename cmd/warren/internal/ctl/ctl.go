@@ -190,19 +190,8 @@ func changeCommands() []*cli.Command {
 					"Setting permissions for user %q in vhost %q ...", a[0], vh)
 			},
 		},
-		{
-			Name: "clear_permissions", Usage: "remove a user's permissions in a vhost", ArgsUsage: "USER",
-			Flags: []cli.Flag{vhostFlag()},
-			Action: func(c *cli.Context) error {
-				a, err := args(c, 1, 1, "[-p VHOST] USER")
-				if err != nil {
-					return err
-				}
-				vh := c.String("vhost")
-				return change(c, "DELETE", "/api/permissions/"+esc(vh)+"/"+esc(a[0]), nil,
-					"Clearing permissions for user %q in vhost %q ...", a[0], vh)
-			},
-		},
+		vhostDelete("clear_permissions", "remove a user's permissions in a vhost", "USER", "permissions",
+			"Clearing permissions for user %q in vhost %q ..."),
 		{
 			Name: "set_policy", Usage: "set a policy", ArgsUsage: "NAME PATTERN DEFINITION",
 			Flags: []cli.Flag{vhostFlag(),
@@ -213,18 +202,7 @@ func changeCommands() []*cli.Command {
 				return setPolicy(c, "policies")
 			},
 		},
-		{
-			Name: "clear_policy", Usage: "remove a policy", ArgsUsage: "NAME",
-			Flags: []cli.Flag{vhostFlag()},
-			Action: func(c *cli.Context) error {
-				a, err := args(c, 1, 1, "[-p VHOST] NAME")
-				if err != nil {
-					return err
-				}
-				vh := c.String("vhost")
-				return change(c, "DELETE", "/api/policies/"+esc(vh)+"/"+esc(a[0]), nil, "Clearing policy %q on vhost %q ...", a[0], vh)
-			},
-		},
+		vhostDelete("clear_policy", "remove a policy", "NAME", "policies", "Clearing policy %q on vhost %q ..."),
 		{
 			Name: "set_operator_policy", Usage: "set an operator policy", ArgsUsage: "NAME PATTERN DEFINITION",
 			Flags: []cli.Flag{vhostFlag(),
@@ -235,18 +213,8 @@ func changeCommands() []*cli.Command {
 				return setPolicy(c, "operator-policies")
 			},
 		},
-		{
-			Name: "clear_operator_policy", Usage: "remove an operator policy", ArgsUsage: "NAME",
-			Flags: []cli.Flag{vhostFlag()},
-			Action: func(c *cli.Context) error {
-				a, err := args(c, 1, 1, "[-p VHOST] NAME")
-				if err != nil {
-					return err
-				}
-				vh := c.String("vhost")
-				return change(c, "DELETE", "/api/operator-policies/"+esc(vh)+"/"+esc(a[0]), nil, "Clearing operator policy %q on vhost %q ...", a[0], vh)
-			},
-		},
+		vhostDelete("clear_operator_policy", "remove an operator policy", "NAME", "operator-policies",
+			"Clearing operator policy %q on vhost %q ..."),
 		{
 			Name: "purge_queue", Usage: "remove a queue's ready messages", ArgsUsage: "QUEUE",
 			Flags: []cli.Flag{vhostFlag()},
@@ -358,6 +326,23 @@ func changeCommands() []*cli.Command {
 }
 
 // change sends one change and prints its confirmation line.
+// vhostDelete is a command that deletes one object of a vhost by name through the API
+// (DELETE /api/{kind}/{vhost}/{name}), as rabbitmqctl's clear_* commands do.
+func vhostDelete(name, usage, arg, kind, format string) *cli.Command {
+	return &cli.Command{
+		Name: name, Usage: usage, ArgsUsage: arg,
+		Flags: []cli.Flag{vhostFlag()},
+		Action: func(c *cli.Context) error {
+			a, err := args(c, 1, 1, "[-p VHOST] "+arg)
+			if err != nil {
+				return err
+			}
+			vh := c.String("vhost")
+			return change(c, "DELETE", "/api/"+kind+"/"+esc(vh)+"/"+esc(a[0]), nil, format, a[0], vh)
+		},
+	}
+}
+
 func change(c *cli.Context, method, path string, body any, format string, fa ...any) error {
 	cl, err := newClient(c)
 	if err != nil {
