@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"warren/server"
+	corepkg "warren/server/core"
 	"warren/server/queue"
 	"warren/server/stats"
 )
@@ -191,15 +192,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	node(cat.openSockets, float64(len(conns)))
 
-	// Logins by protocol: the stream protocol's are counted with AMQP 0-9-1's.
-	aok, afailed, hok, hfailed := core.AuthAttemptsByProtocol()
-	for _, p := range []struct {
-		proto      string
-		ok, failed uint64
-	}{{"amqp091", aok, afailed}, {"http", hok, hfailed}} {
-		node(cat.authTotal, float64(p.ok+p.failed), p.proto)
-		node(cat.authSucceeded, float64(p.ok), p.proto)
-		node(cat.authFailed, float64(p.failed), p.proto)
+	// Logins by protocol.
+	for _, p := range corepkg.AuthProtocols() {
+		ok, failed := core.AuthAttemptsOf(p)
+		node(cat.authTotal, float64(ok+failed), p.String())
+		node(cat.authSucceeded, float64(ok), p.String())
+		node(cat.authFailed, float64(failed), p.String())
 	}
 
 	node(cat.identity, 1, c.s.NodeName(), c.s.NodeName(), c.s.NodeName())
