@@ -889,6 +889,9 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		}
 	}
 	ch.counters.Inc(stats.Published)
+	if ch.mode.Load()&modeConfirm != 0 {
+		ch.counters.Inc(stats.PublishedConfirm)
+	}
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToPrefix) {
 		if target := c.s.lookupReplyTo(msg.RoutingKey[len(replyToPrefix):]); target != nil && target.deliverReply(msg) {
 			ch.counters.Inc(stats.Routed)

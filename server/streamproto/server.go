@@ -31,6 +31,7 @@ import (
 
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/stats"
 	"warren/server/streamproto/wire"
 )
 
@@ -86,6 +87,12 @@ type Server struct {
 	lns     []net.Listener
 	conns   map[*conn]struct{}
 	closing bool
+
+	// counters are the protocol's traffic (rabbitmq_global_messages_*{protocol="stream"}):
+	// Published (and PublishedConfirm: every publish expects a confirm), Routed, Confirmed and
+	// DeliveredNoAck (stream deliveries are credit, not acks), counted in messages (a sub-batch
+	// entry is one).
+	counters stats.Counters
 
 	wg sync.WaitGroup
 }
@@ -266,3 +273,23 @@ func (s *Server) notifyStreamGone(vhost, stream string) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Counters reads the protocol's traffic counters (Published, Routed, Confirmed, DeliveredNoAck).
+func (s *Server) Counters() stats.Values { return s.counters.Values() }
+
+// Consumers counts the open subscriptions of every connection.
+func (s *Server) Consumers() int {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		n += len(c.subs)
+		c.mu.Unlock()
+	}
+	return n
+}
