@@ -31,12 +31,14 @@ func (s *Server) StorageStats() storage.Stats { return s.db.Stats() }
 func (s *Server) StartedAt() time.Time { return s.startedAt }
 
 // StreamProtocolStats are the stream protocol's traffic counters (records published, routed,
-// confirmed and delivered) and its open subscriptions; zero when the protocol is off.
-func (s *Server) StreamProtocolStats() (stats.Values, int) {
+// confirmed and delivered), its open subscriptions and its declared publishers; zero when the
+// protocol is off.
+func (s *Server) StreamProtocolStats() (totals stats.Values, consumers, publishers int) {
 	if s.stream == nil {
-		return stats.Values{}, 0
+		return stats.Values{}, 0, 0
 	}
-	return s.stream.Counters(), s.stream.Consumers()
+	consumers, publishers = s.stream.Clients()
+	return s.stream.Counters(), consumers, publishers
 }
 
 // StreamLag is how far one reader of a stream is behind its last offset, for the exporter.

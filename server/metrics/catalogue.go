@@ -53,7 +53,7 @@ type catalogue struct {
 
 	// Counts of objects.
 	connections, channels, queues, consumers *family
-	globalConsumers                          *family
+	globalConsumers, globalPublishers        *family
 
 	// Queues (Object scope: vhost, queue).
 	queueReady, queueUnacked, queueMessages, queueReadyBytes, queueConsumers *family
@@ -145,6 +145,7 @@ func newCatalogue() *catalogue {
 	c.queues = node("rabbitmq_queues", gauge, "Queues available")
 	c.consumers = node("rabbitmq_consumers", gauge, "Consumers currently connected")
 	c.globalConsumers = node("rabbitmq_global_consumers", gauge, "Current number of consumers", protoLabels...)
+	c.globalPublishers = node("rabbitmq_global_publishers", gauge, "Current number of publishers", protoLabels...)
 
 	c.queueReady = obj("rabbitmq_queue_messages_ready", gauge, "Messages ready to be delivered to consumers", queueLabels)
 	c.queueUnacked = obj("rabbitmq_queue_messages_unacked", gauge, "Messages delivered to consumers but not yet acknowledged", queueLabels)

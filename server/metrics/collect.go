@@ -92,9 +92,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// Channels: their own counters (the per-object series); node totals come from the registry,
-	// where closed channels' counts are kept.
+	// where closed channels' counts are kept. An open channel that has published is a publisher
+	// (RabbitMQ's rabbitmq_global_publishers for AMQP 0-9-1).
+	publishers := 0
 	if reg != nil {
 		for _, o := range reg.Objects(stats.ScopeChannel) {
+			if o.Load(stats.Published) > 0 {
+				publishers++
+			}
 			l := o.Labels()
 			v := o.Values()
 			name := fmt.Sprintf("%s (%d)", l.Name, l.Channel)
@@ -103,7 +108,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	streamTotals, streamConsumers := c.s.StreamProtocolStats()
+	streamTotals, streamConsumers, streamPublishers := c.s.StreamProtocolStats()
 	if reg != nil {
 		totals := reg.Totals()
 		for _, g := range cat.global {
@@ -138,6 +143,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	// docs/differences.md); the stream protocol's subscriptions are its own.
 	node(cat.globalConsumers, float64(consumers), "amqp091")
 	node(cat.globalConsumers, float64(streamConsumers), "stream")
+	node(cat.globalPublishers, float64(publishers), "amqp091")
+	node(cat.globalPublishers, float64(streamPublishers), "stream")
 
 	// Stream readers' lag, per reader (per-object only).
 	if c.perObject {

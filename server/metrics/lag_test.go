@@ -171,6 +171,13 @@ func TestStreamProtocolAndLagSeries(t *testing.T) {
 			t.Errorf("%s{protocol=\"stream\"} = %v, want at least %v", name, got, want)
 		}
 	}
+	// The producer is closed; the AMQP channel that published into lag.qq is open.
+	if got := v(agg, "rabbitmq_global_publishers", map[string]string{"protocol": "amqp091"}); got != 1 {
+		t.Errorf("AMQP publishers = %v, want 1 (the channel that published)", got)
+	}
+	if _, ok := value(agg, "rabbitmq_global_publishers", stream); !ok {
+		t.Error("no rabbitmq_global_publishers{protocol=\"stream\"}")
+	}
 	if got := v(agg, "rabbitmq_global_messages_received_confirm_total", map[string]string{"protocol": "amqp091"}); got != 2 {
 		t.Errorf("AMQP confirm-mode publishes = %v, want 2", got)
 	}

@@ -277,19 +277,19 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // Counters reads the protocol's traffic counters (Published, Routed, Confirmed, DeliveredNoAck).
 func (s *Server) Counters() stats.Values { return s.counters.Values() }
 
-// Consumers counts the open subscriptions of every connection.
-func (s *Server) Consumers() int {
+// Clients counts the open subscriptions and the declared publishers of every connection.
+func (s *Server) Clients() (consumers, publishers int) {
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	n := 0
 	for _, c := range conns {
 		c.mu.Lock()
-		n += len(c.subs)
+		consumers += len(c.subs)
+		publishers += len(c.publishers)
 		c.mu.Unlock()
 	}
-	return n
+	return consumers, publishers
 }
