@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,6 +200,21 @@ func TestStreamProtocolAndLagSeries(t *testing.T) {
 	committed := mustValue(t, per, "warren_stream_group_committed_offset", map[string]string{"vhost": "/", "queue": "lag.s", "group": "g1"})
 	if got := mustValue(t, per, "warren_stream_group_lag", map[string]string{"vhost": "/", "queue": "lag.s", "group": "g1"}); got != 9-committed {
 		t.Errorf("group lag = %v with committed %v, want %v", got, committed, 9-committed)
+	}
+	// The stream-protocol subscription read all 10: lag 0, tagged "subscription N on CONN".
+	subs := 0
+	for _, m := range per["warren_stream_consumer_lag"].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "consumer" && strings.HasPrefix(lp.GetValue(), "subscription ") {
+				subs++
+				if m.GetGauge().GetValue() != 0 {
+					t.Errorf("stream-protocol subscription %q lag = %v, want 0", lp.GetValue(), m.GetGauge().GetValue())
+				}
+			}
+		}
+	}
+	if subs != 1 {
+		t.Errorf("%d stream-protocol subscriptions in warren_stream_consumer_lag, want 1", subs)
 	}
 	if _, ok := value(per, "warren_stream_offset_lag", map[string]string{"reference": "g1"}); ok {
 		t.Error("the group's committed offset is served as a stored offset too")
