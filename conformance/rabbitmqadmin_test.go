@@ -20,8 +20,26 @@ import (
 )
 
 // rabbitmqadminPath is RabbitMQ's own management CLI (the script a RabbitMQ node serves at
-// /cli/rabbitmqadmin; Debian's rabbitmq-server package installs RabbitMQ 3.10's here).
-const rabbitmqadminPath = "/usr/bin/rabbitmqadmin"
+// /cli/rabbitmqadmin): $RABBITMQADMIN if set (.ci/run extracts the script from Debian's
+// rabbitmq-server package without installing the server), else where that package installs it.
+func rabbitmqadminPath() string {
+	if p := os.Getenv("RABBITMQADMIN"); p != "" {
+		return p
+	}
+	return "/usr/bin/rabbitmqadmin"
+}
+
+// needRabbitmqadmin skips the test when rabbitmqadmin is missing, or fails it with CI=true
+// (.ci/run provides it).
+func needRabbitmqadmin(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(rabbitmqadminPath()); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("rabbitmqadmin is not installed at %s (RABBITMQADMIN); .ci/run extracts it from Debian's rabbitmq-server package", rabbitmqadminPath())
+		}
+		t.Skipf("rabbitmqadmin is not installed at %s (set RABBITMQADMIN)", rabbitmqadminPath())
+	}
+}
 
 // adminTarget is a broker the rabbitmqadmin suite drives: its management API and AMQP URL.
 type adminTarget struct {
@@ -37,9 +55,7 @@ type adminTarget struct {
 // permissions and policies; publish, get in each ack mode, purge, close connection, export and
 // import. Each step checks what rabbitmqadmin printed.
 func TestRabbitmqadminWarren(t *testing.T) {
-	if _, err := os.Stat(rabbitmqadminPath); err != nil {
-		t.Skipf("rabbitmqadmin is not installed at %s", rabbitmqadminPath)
-	}
+	needRabbitmqadmin(t)
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
@@ -66,9 +82,7 @@ func TestRabbitmqadminWarren(t *testing.T) {
 // (../shared/tools/rabbitmq.sh start: management on 15682, AMQP on 5682), so the suite's
 // expectations are RabbitMQ's. It skips when that broker is not running.
 func TestRabbitmqadminRabbitMQ(t *testing.T) {
-	if _, err := os.Stat(rabbitmqadminPath); err != nil {
-		t.Skipf("rabbitmqadmin is not installed at %s", rabbitmqadminPath)
-	}
+	needRabbitmqadmin(t)
 	nc, err := net.DialTimeout("tcp", "127.0.0.1:15682", time.Second)
 	if err != nil {
 		t.Skip("the reference RabbitMQ is not running (management port 15682)")
@@ -448,7 +462,7 @@ type adminDriver struct {
 
 func startAdminDriver(t *testing.T) *adminDriver {
 	t.Helper()
-	cmd := exec.Command("python3", "-c", adminDriverPy, rabbitmqadminPath)
+	cmd := exec.Command("python3", "-c", adminDriverPy, rabbitmqadminPath())
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,12 @@ const waitFor = 5 * time.Second
 const quiet = 150 * time.Millisecond
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// rabbitmq-stream-go-client's own background goroutines outlive Environment.Close briefly
+		// (TestITOperatorLogLines).
+		goleak.IgnoreAnyFunction("github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream.(*Client).heartBeat.func1"),
+		goleak.IgnoreAnyFunction("github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream.(*Client).handleResponse"),
+	)
 }
 
 // externalURL returns the URL of an external broker under test, if any.

@@ -21,7 +21,7 @@ func (s *Server) newStreamFrontEnd() {
 		Core: s.core, Logger: s.log, Heartbeat: s.cfg.Heartbeat,
 		AdvertisedHost: s.cfg.StreamAdvertisedHost, AdvertisedPort: s.cfg.StreamAdvertisedPort,
 		Authenticate: func(user, pass string, remote net.Addr) error {
-			_, err := s.core.Login("PLAIN", user, pass, remote, nil)
+			_, err := s.core.LoginStream("PLAIN", user, pass, remote)
 			var le *auth.LoginError
 			if errors.As(err, &le) && strings.HasSuffix(le.Reason, "can only connect via localhost") {
 				return &streamproto.LoopbackError{User: user}

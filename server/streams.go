@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"warren/amqp"
@@ -58,9 +59,29 @@ type StreamConsumer struct {
 	Lag uint64 // records committed after its next offset
 }
 
-// StreamConsumers lists the stream consumers on this node.
+// StreamConsumers lists the stream consumers on this node: AMQP 0-9-1 consumers of streams and
+// the stream protocol's subscriptions (tagged with their name property, or "subscription N on
+// CONNECTION" without one).
 func (s *Server) StreamConsumers() []StreamConsumer {
 	var out []StreamConsumer
+	if s.stream != nil {
+		for _, sub := range s.stream.Subscriptions() {
+			v := s.core.VHost(sub.VHost)
+			if v == nil {
+				continue
+			}
+			tag := sub.Name
+			if tag == "" {
+				tag = fmt.Sprintf("subscription %d on %s", sub.ID, sub.Connection)
+			}
+			sc := StreamConsumer{VHost: sub.VHost, Stream: sub.Stream, ConsumerInfo: queue.ConsumerInfo{
+				Tag: tag, Name: sub.Name, Offset: sub.Next, Prefetch: sub.Credit, Active: sub.Active}}
+			if st, ok := v.StreamStatus(sub.Stream); ok && st.Next > sub.Next {
+				sc.Lag = st.Next - sub.Next
+			}
+			out = append(out, sc)
+		}
+	}
 	for _, v := range s.core.VHosts() {
 		for _, q := range v.Queues() {
 			cs, ok := v.StreamConsumers(q.Name())

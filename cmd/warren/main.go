@@ -232,6 +232,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						Value:   "info",
 						EnvVars: []string{"WARREN_LOG_LEVEL"},
 					},
+					&cli.StringFlag{
+						Name:    "log-format",
+						Usage:   "`FORMAT` of logs written to stderr: text (key=value) or json (one JSON object a line, for log shippers)",
+						Value:   "text",
+						EnvVars: []string{"WARREN_LOG_FORMAT"},
+					},
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 0 {
@@ -241,7 +247,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					if err != nil {
 						return err
 					}
-					logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+					logger, err := newLogger(stderr, c.String("log-format"), level)
+					if err != nil {
+						return err
+					}
 					slog.SetDefault(logger)
 					cfg := server.DefaultConfig()
 					cfg.Version = version
@@ -386,6 +395,18 @@ func parseSize(s string) (int64, error) {
 }
 
 // parseLevel maps a --log-level value onto a slog level.
+// newLogger is the broker's logger: slog's text or JSON handler on w.
+func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is neither text nor json", format)
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	switch s {
 	case "debug":

@@ -123,11 +123,10 @@ type accessState struct {
 	topics map[string]map[string]map[string]*auth.TopicGrant
 	limits map[string]map[string]int64 // vhost -> limit -> value
 
-	loginsOK, loginsFailed atomic.Uint64
-	// loginsOK and loginsFailed count AMQP (and stream) logins; httpOK and httpFailed the
-	// HTTP API's (LoginHTTP).
-	httpOK, httpFailed atomic.Uint64
-	initDone           chan struct{} // closed once the init record is applied
+	// logins counts accepted [0] and refused [1] logins by protocol (AuthAMQP, AuthStream,
+	// AuthHTTP), as rabbitmq_auth_attempts_* are.
+	logins   [authProtocols][2]atomic.Uint64
+	initDone chan struct{} // closed once the init record is applied
 }
 
 func (a *accessState) init() {
@@ -685,16 +684,43 @@ type Principal struct {
 // connection's previous check (a repeated check costs a comparison, not a hash). A failure is an
 // *auth.LoginError; it is logged and counted here, never with the password.
 func (b *Broker) Login(mechanism, name, password string, remote net.Addr, cache *auth.Cache) (Principal, error) {
-	return b.login(mechanism, name, password, remote, cache, false)
+	return b.login(mechanism, name, password, remote, cache, AuthAMQP)
 }
 
 // LoginHTTP is Login (PLAIN) for the HTTP API, counted apart as RabbitMQ's auth attempts are
 // by protocol.
 func (b *Broker) LoginHTTP(name, password string, remote net.Addr, cache *auth.Cache) (Principal, error) {
-	return b.login("PLAIN", name, password, remote, cache, true)
+	return b.login("PLAIN", name, password, remote, cache, AuthHTTP)
 }
 
-func (b *Broker) login(mechanism, name, password string, remote net.Addr, cache *auth.Cache, http bool) (Principal, error) {
+// LoginStream is Login for RabbitMQ's stream protocol, counted under its own protocol.
+func (b *Broker) LoginStream(mechanism, name, password string, remote net.Addr) (Principal, error) {
+	return b.login(mechanism, name, password, remote, nil, AuthStream)
+}
+
+// AuthProtocol is the protocol a login came by, as rabbitmq_auth_attempts_* label it.
+type AuthProtocol uint8
+
+// The protocols logins are counted by.
+const (
+	AuthAMQP AuthProtocol = iota
+	AuthStream
+	AuthHTTP
+	authProtocols
+)
+
+// String is the protocol's label value (rabbitmq_prometheus's "amqp091", "stream", "http").
+func (p AuthProtocol) String() string {
+	switch p {
+	case AuthStream:
+		return "stream"
+	case AuthHTTP:
+		return "http"
+	}
+	return "amqp091"
+}
+
+func (b *Broker) login(mechanism, name, password string, remote net.Addr, cache *auth.Cache, proto AuthProtocol) (Principal, error) {
 	a := &b.access
 	a.mu.RLock()
 	u := a.users[name]
@@ -707,7 +733,7 @@ func (b *Broker) login(mechanism, name, password string, remote net.Addr, cache 
 	if err == nil {
 		err = auth.CheckLoopback(mechanism, name, b.opts.LoopbackUsers, remote)
 	}
-	return b.loginResult(u, name, remote, err, http)
+	return b.loginResult(u, name, mechanism, remote, err, proto)
 }
 
 // LoginExternal logs in the user a verified certificate named (the EXTERNAL mechanism): the
@@ -723,48 +749,49 @@ func (b *Broker) LoginExternal(name string, remote net.Addr) (Principal, error) 
 	} else {
 		err = auth.CheckLoopback("EXTERNAL", name, b.opts.LoopbackUsers, remote)
 	}
-	return b.loginResult(u, name, remote, err, false)
+	return b.loginResult(u, name, "EXTERNAL", remote, err, AuthAMQP)
 }
 
 // LoginRefused logs and counts a login the session refused itself (an EXTERNAL login without a
 // usable certificate).
 func (b *Broker) LoginRefused(name string, remote net.Addr, err error) {
-	b.loginResult(nil, name, remote, err, false)
+	b.loginResult(nil, name, "EXTERNAL", remote, err, AuthAMQP)
 }
 
-// loginResult counts and logs a login; http says whether it came through the HTTP API.
-func (b *Broker) loginResult(u *User, name string, remote net.Addr, err error, http bool) (Principal, error) {
-	a := &b.access
-	okCount, failedCount := &a.loginsOK, &a.loginsFailed
-	if http {
-		okCount, failedCount = &a.httpOK, &a.httpFailed
-	}
+// loginResult counts and logs a login by protocol.
+func (b *Broker) loginResult(u *User, name, mechanism string, remote net.Addr, err error, proto AuthProtocol) (Principal, error) {
+	counts := &b.access.logins[proto]
 	if err != nil {
-		n := failedCount.Add(1)
+		n := counts[1].Add(1)
 		peer := ""
 		if remote != nil {
 			peer = remote.String()
 		}
-		b.log.Warn("login refused", "user", name, "peer", peer, "reason", err.Error(), "failed_total", n)
+		b.log.Warn("login refused", "user", name, "peer", peer, "mechanism", mechanism, "protocol", proto.String(),
+			"reason", err.Error(), "failed_total", n)
 		return Principal{}, err
 	}
-	okCount.Add(1)
+	counts[0].Add(1)
 	return Principal{Name: u.Name, Tags: slices.Clone(u.Tags)}, nil
 }
 
 // AuthAttempts reports the logins accepted and refused since the node started, of every
 // protocol.
 func (b *Broker) AuthAttempts() (succeeded, failed uint64) {
-	a := &b.access
-	return a.loginsOK.Load() + a.httpOK.Load(), a.loginsFailed.Load() + a.httpFailed.Load()
+	for p := range b.access.logins {
+		succeeded += b.access.logins[p][0].Load()
+		failed += b.access.logins[p][1].Load()
+	}
+	return succeeded, failed
 }
 
-// AuthAttemptsByProtocol splits AuthAttempts: the HTTP API's logins (LoginHTTP) and the
-// others' (AMQP 0-9-1 and the stream protocol, which share Login).
-func (b *Broker) AuthAttemptsByProtocol() (amqpOK, amqpFailed, httpOK, httpFailed uint64) {
-	a := &b.access
-	return a.loginsOK.Load(), a.loginsFailed.Load(), a.httpOK.Load(), a.httpFailed.Load()
+// AuthAttemptsOf splits AuthAttempts by protocol.
+func (b *Broker) AuthAttemptsOf(p AuthProtocol) (succeeded, failed uint64) {
+	return b.access.logins[p][0].Load(), b.access.logins[p][1].Load()
 }
+
+// AuthProtocols lists the protocols logins are counted by.
+func AuthProtocols() []AuthProtocol { return []AuthProtocol{AuthAMQP, AuthStream, AuthHTTP} }
 
 // VHostGrant is the user's compiled permission in vhost, nil if the user has none there.
 func (b *Broker) VHostGrant(user, vhost string) *auth.Grant {

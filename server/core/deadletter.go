@@ -130,6 +130,16 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 	st := src.effective()
 	now := time.Now()
 	w := &fanout{done: done}
+	var handedOver uint64 // dead letters given to at least one target
+	if done != nil {
+		// At least once: the targets' confirms are awaited, so count what they confirmed.
+		w.done = func(err error) {
+			if err == nil && handedOver > 0 {
+				src.counters.Add(stats.DeadLetteredConfirmed, handedOver)
+			}
+			done(err)
+		}
+	}
 	w.pending.Store(1) // held until every target has been handed its copy
 	for _, d := range dead {
 		src.counters.Inc(deadLetterKind(d.Reason))
@@ -160,13 +170,18 @@ func (v *VHost) deadLetter(src *Queue, dead []queue.Dead, done func(error)) {
 		}
 		msg.FilterValue = FilterValue(headers)
 		targets, _, _ := v.Route(nil, nil, st.dlx, keys[0], keys[1:], headers)
+		handed := false
 		for _, t := range targets {
 			if deadLetterCycle(msg.Props, t.name, d.Reason) {
 				v.b.log.Debug("dead-letter cycle: message dropped", "vhost", v.name, "queue", src.name, "target", t.name)
 				continue
 			}
 			w.pending.Add(1)
+			handed = true
 			t.Publish(msg, w)
+		}
+		if handed {
+			handedOver++
 		}
 	}
 	w.Done(nil)

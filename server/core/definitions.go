@@ -20,6 +20,9 @@ import (
 // Existing queues and exchanges are left as they are. into is the vhost of a single-vhost
 // document ("" for a whole one). It returns what the document holds that was not imported.
 func (b *Broker) ImportDefinitions(ctx context.Context, d *definitions.Definitions, into string) ([]definitions.Skipped, error) {
+	if actorOf(ctx).Via == "" {
+		ctx = WithActor(ctx, Actor{Via: "definitions"}) // --load-definitions at boot
+	}
 	if into != "" {
 		if _, ok := b.LookupVHost(into); !ok {
 			return nil, ErrNoVHost

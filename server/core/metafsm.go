@@ -257,7 +257,7 @@ func (v *VHost) applyPutQueue(r QueueRecord, batch *storage.Batch) {
 	v.queues[r.Name] = q
 	v.mu.Unlock()
 	batch.Set(q.recordKey(), r.encode())
-	v.b.log.Debug("queue declared", "vhost", v.name, "queue", r.Name, "type", q.kind, "replicated", true)
+	v.b.log.Debug("queue record applied", "vhost", v.name, "queue", r.Name, "type", q.kind, "replicated", true)
 }
 
 // dropReplica removes a replica that was opened but is not kept.

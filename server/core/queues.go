@@ -118,6 +118,15 @@ func (v *VHost) DeclareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 	return q, err
 }
 
+// logDeclared logs a queue or stream this declaration created.
+func (v *VHost) logDeclared(ctx context.Context, q *Queue) {
+	what := "queue"
+	if q.kind == "stream" {
+		what = "stream"
+	}
+	v.logChange(ctx, what+" declared", what, q.name, "type", q.kind, "durable", q.durable)
+}
+
 func (v *VHost) declareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Queue, *amqp.Error) {
 	name := d.Name
 	if !d.Passive && !d.ServerNamed && strings.HasPrefix(name, "amq.") {
@@ -181,7 +190,7 @@ func (v *VHost) declareQueue(ctx context.Context, d QueueDecl, owner Owner) (*Qu
 				return nil, err
 			}
 		}
-		v.b.log.Debug("queue declared", "vhost", v.name, "queue", name, "type", q.kind)
+		v.logDeclared(ctx, q)
 		return q, nil
 	}
 }
@@ -230,6 +239,7 @@ func (v *VHost) declareReplicated(ctx context.Context, d QueueDecl, st queueSett
 	case q.id != rec.ID:
 		return v.redeclare(q, d, owner) // someone else's declaration won
 	}
+	v.logDeclared(ctx, q)
 	return q, nil
 }
 
@@ -315,7 +325,15 @@ func (v *VHost) checkQueueLimit(name string) *amqp.Error {
 // DeleteQueue deletes a queue (queue.delete) and returns how many ready messages went with it.
 // owner is the deleting connection (another connection's exclusive queue is 405).
 func (v *VHost) DeleteQueue(ctx context.Context, q *Queue, ifUnused, ifEmpty bool, owner Owner) (int, *amqp.Error) {
-	return v.deleteQueue(ctx, q, ifUnused, ifEmpty, owner, false)
+	n, err := v.deleteQueue(ctx, q, ifUnused, ifEmpty, owner, false)
+	if err == nil {
+		what := "queue"
+		if q.kind == "stream" {
+			what = "stream"
+		}
+		v.logChange(ctx, what+" deleted", what, q.name, "type", q.kind, "messages", n)
+	}
+	return n, err
 }
 
 // AutoDeleteNow deletes an auto-delete queue whose last consumer went away. It must not run on

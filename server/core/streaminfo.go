@@ -96,6 +96,23 @@ type GroupInfo struct {
 	Partitions []GroupPartitionInfo
 }
 
+// ConsumerGroupStreams lists the (super) streams of the vhost that have consumer groups, once
+// each (for readers of every group: the Prometheus exporter).
+func (v *VHost) ConsumerGroupStreams() []string {
+	b := v.b
+	seen := map[string]bool{}
+	var out []string
+	b.groups.mu.Lock()
+	for k := range b.groups.byKey {
+		if k.vhost == v.name && !seen[k.stream] {
+			seen[k.stream] = true
+			out = append(out, k.stream)
+		}
+	}
+	b.groups.mu.Unlock()
+	return out
+}
+
 // ConsumerGroups lists the consumer groups of super stream (or stream) name. ok is false when
 // name is neither.
 func (v *VHost) ConsumerGroups(name string) ([]GroupInfo, bool) {

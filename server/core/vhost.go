@@ -162,31 +162,49 @@ type ExchangeDecl struct {
 // DeclareExchange declares (or checks) an exchange. A new durable exchange is replicated to
 // every node before it returns.
 func (v *VHost) DeclareExchange(ctx context.Context, d ExchangeDecl) *amqp.Error {
+	created, err := v.declareExchange(ctx, d)
+	if created && err == nil {
+		v.logChange(ctx, "exchange declared", "exchange", d.Name, "type", d.Type, "durable", d.Durable)
+	}
+	return err
+}
+
+// declareExchange is DeclareExchange; created says whether this call made the exchange.
+func (v *VHost) declareExchange(ctx context.Context, d ExchangeDecl) (created bool, _ *amqp.Error) {
 	if d.Type == SuperStreamType && !d.Passive {
-		return v.declareSuperStream(ctx, d)
+		return true, v.declareSuperStream(ctx, d)
 	}
 	if !d.Durable || d.Passive {
 		_, created, err := v.ex.Declare(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, d.Passive, d.Args)
 		if created {
 			v.matchExchange(d.Name)
 		}
-		return err
+		return created, err
 	}
 	x, err := v.ex.Check(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, false, d.Args)
 	if err != nil || x != nil {
-		return err
+		return false, err
 	}
 	rec := ExchangeRecord{VHost: v.name, Name: d.Name, Type: d.Type, AutoDelete: d.AutoDelete, Internal: d.Internal, Args: d.Args}
 	if err := v.b.propose(ctx, opPutExchange, rec.encode()); err != nil {
-		return err
+		return false, err
 	}
 	// Someone else's declaration may have won the race: the answer is against whatever is there.
 	_, err = v.ex.Check(d.Name, d.Type, d.Durable, d.AutoDelete, d.Internal, false, d.Args)
-	return err
+	return true, err
 }
 
 // DeleteExchange deletes an exchange and its bindings (exchange.delete).
 func (v *VHost) DeleteExchange(ctx context.Context, name string, ifUnused bool) *amqp.Error {
+	_, found := v.ex.Get(name)
+	err := v.deleteExchange(ctx, name, ifUnused)
+	if err == nil && found {
+		v.logChange(ctx, "exchange deleted", "exchange", name)
+	}
+	return err
+}
+
+func (v *VHost) deleteExchange(ctx context.Context, name string, ifUnused bool) *amqp.Error {
 	x, found := v.ex.Get(name)
 	if !found || !x.Durable {
 		rm, err := v.ex.DeleteReport(name, ifUnused)

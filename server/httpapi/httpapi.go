@@ -230,7 +230,9 @@ func (a *api) serve(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not_authorised", "reason": err.Error()})
 				return
 			}
-			rt.handle(a, w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), args)
+			ctx := context.WithValue(r.Context(), principalKey{}, p)
+			ctx = core.WithActor(ctx, core.Actor{User: p.Name, Via: "http", Peer: r.RemoteAddr})
+			rt.handle(a, w, r.WithContext(ctx), args)
 			return
 		}
 		allowed = append(allowed, rt.method)

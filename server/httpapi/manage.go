@@ -215,7 +215,6 @@ func (a *api) putExchange(w http.ResponseWriter, r *http.Request, args []string)
 		amqpError(w, err)
 		return
 	}
-	a.audit(r, "exchange declared", "vhost", v.Name(), "exchange", name, "type", typ)
 	putStatus(w, existed)
 }
 
@@ -233,7 +232,6 @@ func (a *api) deleteExchange(w http.ResponseWriter, r *http.Request, args []stri
 		amqpError(w, err)
 		return
 	}
-	a.audit(r, "exchange deleted", "vhost", v.Name(), "exchange", name)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -456,7 +454,6 @@ func (a *api) putQueue(w http.ResponseWriter, r *http.Request, args []string) {
 		amqpError(w, err)
 		return
 	}
-	a.audit(r, "queue declared", "vhost", v.Name(), "queue", name)
 	putStatus(w, existed)
 }
 
@@ -487,7 +484,6 @@ func (a *api) deleteQueue(w http.ResponseWriter, r *http.Request, args []string)
 		amqpError(w, err)
 		return
 	}
-	a.audit(r, "queue deleted", "vhost", v.Name(), "queue", q.Name())
 	w.WriteHeader(http.StatusNoContent)
 }
 

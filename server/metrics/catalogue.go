@@ -53,12 +53,14 @@ type catalogue struct {
 
 	// Counts of objects.
 	connections, channels, queues, consumers *family
-	globalConsumers                          *family
+	globalConsumers, globalPublishers        *family
 
 	// Queues (Object scope: vhost, queue).
 	queueReady, queueUnacked, queueMessages, queueReadyBytes, queueConsumers *family
 	// Streams (Warren's own).
 	streamMessages, streamBytes, streamSegments, streamFirst, streamLast *family
+	// Readers' lag (per-object only: labelled by reader).
+	streamConsumerLag, streamOffsetLag, groupLag, groupCommitted *family
 
 	// Connections (Object scope: connection).
 	connChannels *family
@@ -143,6 +145,7 @@ func newCatalogue() *catalogue {
 	c.queues = node("rabbitmq_queues", gauge, "Queues available")
 	c.consumers = node("rabbitmq_consumers", gauge, "Consumers currently connected")
 	c.globalConsumers = node("rabbitmq_global_consumers", gauge, "Current number of consumers", protoLabels...)
+	c.globalPublishers = node("rabbitmq_global_publishers", gauge, "Current number of publishers", protoLabels...)
 
 	c.queueReady = obj("rabbitmq_queue_messages_ready", gauge, "Messages ready to be delivered to consumers", queueLabels)
 	c.queueUnacked = obj("rabbitmq_queue_messages_unacked", gauge, "Messages delivered to consumers but not yet acknowledged", queueLabels)
@@ -155,6 +158,11 @@ func newCatalogue() *catalogue {
 	c.streamSegments = obj("warren_stream_segments", gauge, "Chunks (segments) in a stream's log", queueLabels)
 	c.streamFirst = only("warren_stream_first_offset", gauge, "First offset still in a stream's log", queueLabels)
 	c.streamLast = only("warren_stream_last_offset", gauge, "Last offset written to a stream's log", queueLabels)
+
+	c.streamConsumerLag = only("warren_stream_consumer_lag", gauge, "Records of a stream committed after a stream consumer's next offset", []string{"vhost", "queue", "consumer"})
+	c.streamOffsetLag = only("warren_stream_offset_lag", gauge, "Records of a stream after a stored (named) offset", []string{"vhost", "queue", "reference"})
+	c.groupLag = only("warren_stream_group_lag", gauge, "Records of a consumer group's partition after the group's committed offset (all retained records when none is committed)", []string{"vhost", "queue", "group"})
+	c.groupCommitted = only("warren_stream_group_committed_offset", gauge, "A consumer group's committed offset on a partition (absent when none)", []string{"vhost", "queue", "group"})
 
 	c.connChannels = obj("rabbitmq_connection_channels", gauge, "Channels on a connection", connLabels)
 
@@ -191,6 +199,7 @@ func newCatalogue() *catalogue {
 		c.global = append(c.global, globalCounter{node(name, counter, help, protoLabels...), k})
 	}
 	global("rabbitmq_global_messages_received_total", "Total number of messages received from publishers", stats.Published)
+	global("rabbitmq_global_messages_received_confirm_total", "Total number of messages received from publishers expecting confirmations", stats.PublishedConfirm)
 	global("rabbitmq_global_messages_routed_total", "Total number of messages routed to queues or streams", stats.Routed)
 	global("rabbitmq_global_messages_unroutable_dropped_total", "Total number of messages published as non-mandatory into an exchange and dropped as unroutable", stats.UnroutableDropped)
 	global("rabbitmq_global_messages_unroutable_returned_total", "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable", stats.UnroutableReturned)
@@ -213,6 +222,7 @@ func newCatalogue() *catalogue {
 	dead("rabbitmq_global_messages_dead_lettered_rejected_total", "Total number of messages dead-lettered due to basic.reject or basic.nack", stats.DeadLetteredRejected)
 	dead("rabbitmq_global_messages_dead_lettered_maxlen_total", "Total number of messages dead-lettered due to overflow drop-head or reject-publish-dlx", stats.DeadLetteredMaxLen)
 	dead("rabbitmq_global_messages_dead_lettered_delivery_limit_total", "Total number of messages dead-lettered due to delivery-limit exceeded", stats.DeadLetteredDeliveryLimit)
+	dead("rabbitmq_global_messages_dead_lettered_confirmed_total", "Total number of messages dead-lettered and confirmed by target queues", stats.DeadLetteredConfirmed)
 
 	churn := func(name, help string, k stats.Kind) {
 		c.churn = append(c.churn, churnCounter{node(name, counter, help), k})

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"warren/server"
+	corepkg "warren/server/core"
 	"warren/server/queue"
 	"warren/server/stats"
 )
@@ -91,9 +92,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// Channels: their own counters (the per-object series); node totals come from the registry,
-	// where closed channels' counts are kept.
+	// where closed channels' counts are kept. An open channel that has published is a publisher
+	// (RabbitMQ's rabbitmq_global_publishers for AMQP 0-9-1).
+	publishers := 0
 	if reg != nil {
 		for _, o := range reg.Objects(stats.ScopeChannel) {
+			if o.Load(stats.Published) > 0 {
+				publishers++
+			}
 			l := o.Labels()
 			v := o.Values()
 			name := fmt.Sprintf("%s (%d)", l.Name, l.Channel)
@@ -102,6 +108,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	streamTotals, streamConsumers, streamPublishers := c.s.StreamProtocolStats()
 	if reg != nil {
 		totals := reg.Totals()
 		for _, g := range cat.global {
@@ -109,9 +116,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				node(g.f, sumKinds(&totals, g.kinds))
 				continue
 			}
-			// The stream protocol's traffic is not counted yet (server/stats): it shows as 0.
+			// AMQP 0-9-1's traffic is the channels' (server/stats); the stream protocol counts
+			// its own.
 			node(g.f, sumKinds(&totals, g.kinds), "amqp091")
-			node(g.f, 0, "stream")
+			node(g.f, sumKinds(&streamTotals, g.kinds), "stream")
 		}
 		for _, ch := range cat.churn {
 			node(ch.f, float64(totals[ch.kind]))
@@ -131,10 +139,39 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	node(cat.channels, float64(channels))
 	node(cat.queues, float64(nqueues))
 	node(cat.consumers, float64(consumers))
-	// Consumers are counted on queues, which do not know the protocol of their consumers:
-	// they are all shown under amqp091 (see docs/differences.md).
+	// Consumers on queues are AMQP 0-9-1's (queues do not know their consumers' protocol; see
+	// docs/differences.md); the stream protocol's subscriptions are its own.
 	node(cat.globalConsumers, float64(consumers), "amqp091")
-	node(cat.globalConsumers, 0, "stream")
+	node(cat.globalConsumers, float64(streamConsumers), "stream")
+	node(cat.globalPublishers, float64(publishers), "amqp091")
+	node(cat.globalPublishers, float64(streamPublishers), "stream")
+
+	// Stream readers' lag, per reader (per-object only).
+	if c.perObject {
+		// Consumer tags are unique per channel, not per stream: two consumers with one tag on a
+		// stream are one series, the larger lag (a duplicate series would fail the scrape).
+		type key struct{ vhost, stream, tag string }
+		consumerLag := map[key]uint64{}
+		for _, l := range c.s.StreamLags() {
+			switch l.Kind {
+			case "consumer":
+				k := key{l.VHost, l.Stream, l.Name}
+				if v, ok := consumerLag[k]; !ok || l.Lag > v {
+					consumerLag[k] = l.Lag
+				}
+			case "offset":
+				ch <- prometheus.MustNewConstMetric(cat.streamOffsetLag.obj, gauge, float64(l.Lag), l.VHost, l.Stream, l.Name)
+			case "group":
+				ch <- prometheus.MustNewConstMetric(cat.groupLag.obj, gauge, float64(l.Lag), l.VHost, l.Stream, l.Name)
+				if l.HasOffset {
+					ch <- prometheus.MustNewConstMetric(cat.groupCommitted.obj, gauge, float64(l.Offset), l.VHost, l.Stream, l.Name)
+				}
+			}
+		}
+		for k, lag := range consumerLag {
+			ch <- prometheus.MustNewConstMetric(cat.streamConsumerLag.obj, gauge, float64(lag), k.vhost, k.stream, k.tag)
+		}
+	}
 
 	// Raft groups: the metadata group (id 0) and replicated queues' groups.
 	groups := c.s.RaftGroups()
@@ -191,15 +228,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	node(cat.openSockets, float64(len(conns)))
 
-	// Logins by protocol: the stream protocol's are counted with AMQP 0-9-1's.
-	aok, afailed, hok, hfailed := core.AuthAttemptsByProtocol()
-	for _, p := range []struct {
-		proto      string
-		ok, failed uint64
-	}{{"amqp091", aok, afailed}, {"http", hok, hfailed}} {
-		node(cat.authTotal, float64(p.ok+p.failed), p.proto)
-		node(cat.authSucceeded, float64(p.ok), p.proto)
-		node(cat.authFailed, float64(p.failed), p.proto)
+	// Logins by protocol.
+	for _, p := range corepkg.AuthProtocols() {
+		ok, failed := core.AuthAttemptsOf(p)
+		node(cat.authTotal, float64(ok+failed), p.String())
+		node(cat.authSucceeded, float64(ok), p.String())
+		node(cat.authFailed, float64(failed), p.String())
 	}
 
 	node(cat.identity, 1, c.s.NodeName(), c.s.NodeName(), c.s.NodeName())

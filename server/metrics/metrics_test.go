@@ -22,7 +22,13 @@ import (
 	"warren/server/metrics"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// rabbitmq-stream-go-client's own background goroutines outlive Environment.Close briefly.
+		goleak.IgnoreAnyFunction("github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream.(*Client).heartBeat.func1"),
+		goleak.IgnoreAnyFunction("github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream.(*Client).handleResponse"),
+	)
+}
 
 // broker is a Warren in this process with its AMQP listener and exporter on loopback ports the
 // kernel picks.
@@ -34,9 +40,18 @@ type broker struct {
 
 func startBroker(t *testing.T) *broker {
 	t.Helper()
+	return startBrokerConfig(t, nil)
+}
+
+// startBrokerConfig is startBroker with the configuration adjusted by edit (nil: none).
+func startBrokerConfig(t *testing.T, edit func(*server.Config)) *broker {
+	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
+	if edit != nil {
+		edit(&cfg)
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)

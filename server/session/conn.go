@@ -40,6 +40,10 @@ type conn struct {
 	vhost *core.VHost
 	user  string
 	tags  []string // the user's tags at login
+	// endReason says why the connection ended, for the "connection closed" line; set on the
+	// reader goroutine only (the first reason wins), or from forceText for a forced close.
+	endReason string
+	forceText atomic.Pointer[string]
 	// tlsVerifyPeer is set for connections of a TLS listener that verifies client certificates
 	// (the EXTERNAL mechanism needs that).
 	tlsVerifyPeer bool
@@ -266,6 +270,17 @@ func (c *conn) serve() {
 	c.open.Store(true)
 	c.s.core.RegisterConn(c)
 	defer c.s.core.UnregisterConn(c)
+	c.log.Info("connection opened", c.logFields()...)
+	defer func() {
+		reason := c.endReason
+		if t := c.forceText.Load(); t != nil && (reason == "" || c.forced.Load()) {
+			reason = *t
+		}
+		if reason == "" {
+			reason = "connection lost"
+		}
+		c.log.Info("connection closed", append(c.logFields(), "reason", reason)...)
+	}()
 	if c.forced.Load() {
 		c.closeWithError(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
 		return
@@ -497,8 +512,10 @@ func (c *conn) readLoop() {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !c.forced.Load() {
 				c.log.Warn("missed heartbeats from client, closing connection", "timeout", c.readTimeout)
+				c.setEndReason("missed heartbeats from client, timeout: " + c.readTimeout.String())
 			} else {
 				c.log.Debug("read failed", "err", err)
+				c.setEndReason("read failed: " + err.Error())
 			}
 			return
 		}
@@ -557,6 +574,7 @@ func (c *conn) closeWithError(e *amqp.Error) {
 		return
 	}
 	c.log.Info("closing connection", "code", e.Code, "text", e.Text)
+	c.setEndReason(e.Text)
 	c.closing = true
 	c.releaseChannels()
 	c.out.sendMethod(0, &amqp.ConnectionClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
@@ -588,6 +606,8 @@ func (c *conn) forceClose(e *amqp.Error) {
 	if c.forced.Swap(true) {
 		return
 	}
+	text := e.Text
+	c.forceText.Store(&text)
 	close(c.quit)
 	c.credit.abort()
 	c.forceDeadline.Store(time.Now().Add(closeOkTimeout).UnixNano())
@@ -674,6 +694,7 @@ func (c *conn) handleConnectionMethod(payload []byte) *amqp.Error {
 	switch m := m.(type) {
 	case *amqp.ConnectionClose:
 		c.log.Debug("client closed connection", "code", m.ReplyCode, "text", m.ReplyText)
+		c.setEndReason(fmt.Sprintf("client closed the connection (%d %s)", m.ReplyCode, m.ReplyText))
 		c.releaseChannels()
 		c.writeCloseOkAndStop()
 		return nil
@@ -797,9 +818,30 @@ func (c *conn) cleanup() {
 
 // deleteExclusive deletes one of the connection's exclusive queues as it closes.
 func (c *conn) deleteExclusive(q *core.Queue) {
-	if _, err := c.vhost.DeleteQueue(context.Background(), q, false, false, c); err != nil {
+	if _, err := c.vhost.DeleteQueue(c.actor(context.Background()), q, false, false, c); err != nil {
 		c.log.Warn("cannot delete an exclusive queue", "queue", q.Name(), "err", err.Text)
 	}
+}
+
+// setEndReason records why the connection ends, unless a reason is already recorded (reader
+// goroutine only).
+func (c *conn) setEndReason(r string) {
+	if c.endReason == "" {
+		c.endReason = r
+	}
+}
+
+// logFields are the fields of the operators' connection log lines (opened, closed): user,
+// vhost, the client's connection_name and the protocol (connLogger adds the peer).
+func (c *conn) logFields() []any {
+	name, _ := c.clientProps["connection_name"].(string)
+	return []any{"protocol", "amqp091", "user", c.user, "vhost", c.vhost.Name(), "client_name", name}
+}
+
+// actor is ctx carrying who this connection is, for the core's log lines of declares and
+// deletes (off the hot path: only those methods pay for it).
+func (c *conn) actor(ctx context.Context) context.Context {
+	return core.WithActor(ctx, core.Actor{User: c.user, Connection: c.name(), Via: "amqp091", Peer: c.nc.RemoteAddr().String()})
 }
 
 // name is RabbitMQ's name for the connection ("peer -> local"), as Info reports it.

@@ -87,7 +87,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 				return err
 			}
 		}
-		if err := c.vhost.DeclareExchange(ctx, core.ExchangeDecl{Name: m.Exchange, Type: m.Type, Passive: m.Passive,
+		if err := c.vhost.DeclareExchange(c.actor(ctx), core.ExchangeDecl{Name: m.Exchange, Type: m.Type, Passive: m.Passive,
 			Durable: m.Durable, AutoDelete: m.AutoDelete, Internal: m.Internal, Args: m.Arguments}); err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (ch *channel) handleMethod(cls, mid uint16, args []byte) *amqp.Error {
 				return err
 			}
 		}
-		if err := c.vhost.DeleteExchange(ctx, m.Exchange, m.IfUnused); err != nil {
+		if err := c.vhost.DeleteExchange(c.actor(ctx), m.Exchange, m.IfUnused); err != nil {
 			return err
 		}
 		return ch.reply(m.NoWait, &amqp.ExchangeDeleteOk{})
@@ -276,7 +276,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		}
 	}
 	var dw core.Deferred
-	q, err := c.vhost.DeclareQueue(core.WithDeferred(context.Background(), &dw), d, c)
+	q, err := c.vhost.DeclareQueue(c.actor(core.WithDeferred(context.Background(), &dw)), d, c)
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		return ch.reply(m.NoWait, &amqp.QueueDeleteOk{MessageCount: 0})
 	}
 	defer ch.holdServerCancels()() // after the reply, whatever the queue type
-	n, err := c.vhost.DeleteQueue(context.Background(), q, m.IfUnused, m.IfEmpty, c)
+	n, err := c.vhost.DeleteQueue(c.actor(context.Background()), q, m.IfUnused, m.IfEmpty, c)
 	if err != nil {
 		return err
 	}
@@ -889,6 +889,9 @@ func (ch *channel) route(msg *queue.Message, mandatory bool, out *pubOutcome) *a
 		}
 	}
 	ch.counters.Inc(stats.Published)
+	if ch.mode.Load()&modeConfirm != 0 {
+		ch.counters.Inc(stats.PublishedConfirm)
+	}
 	if msg.Exchange == "" && strings.HasPrefix(msg.RoutingKey, replyToPrefix) {
 		if target := c.s.lookupReplyTo(msg.RoutingKey[len(replyToPrefix):]); target != nil && target.deliverReply(msg) {
 			ch.counters.Inc(stats.Routed)

@@ -54,12 +54,17 @@ const (
 	Redelivered
 	// Acknowledged: deliveries acknowledged by basic.ack ("ack").
 	Acknowledged
+	// PublishedConfirm: publishes on a channel in confirm mode (messages_received_confirm_total).
+	PublishedConfirm
 	// DeadLetteredExpired .. DeadLetteredDeliveryLimit: messages that died in a queue, by
 	// RabbitMQ's x-death reason (expired, rejected, maxlen, delivery_limit).
 	DeadLetteredExpired
 	DeadLetteredRejected
 	DeadLetteredMaxLen
 	DeadLetteredDeliveryLimit
+	// DeadLetteredConfirmed: dead letters of a queue that dead-letters at least once (quorum
+	// queues) whose every target confirmed them (messages_dead_lettered_confirmed_total).
+	DeadLetteredConfirmed
 	// ConnectionsOpened .. QueuesDeleted: churn, counted on the Registry (RabbitMQ's
 	// churn_rates and rabbitmq_*_opened_total / _closed_total).
 	ConnectionsOpened
@@ -76,8 +81,8 @@ const (
 var kindNames = [NumKinds]string{
 	"published", "routed", "unroutable_dropped", "unroutable_returned", "confirmed",
 	"delivered_ack", "delivered_noack", "get_ack", "get_noack", "get_empty", "redelivered",
-	"acknowledged", "dead_lettered_expired", "dead_lettered_rejected", "dead_lettered_maxlen",
-	"dead_lettered_delivery_limit", "connections_opened", "connections_closed", "channels_opened",
+	"acknowledged", "published_confirm", "dead_lettered_expired", "dead_lettered_rejected", "dead_lettered_maxlen",
+	"dead_lettered_delivery_limit", "dead_lettered_confirmed", "connections_opened", "connections_closed", "channels_opened",
 	"channels_closed", "queues_declared", "queues_created", "queues_deleted",
 }
 

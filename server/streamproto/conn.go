@@ -2,6 +2,7 @@ package streamproto
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -65,7 +66,9 @@ type conn struct {
 	vhost     *core.VHost
 	grant     *auth.Grant
 	clientP   atomic.Pointer[[]wire.Property]
-	heartbeat atomic.Int64 // negotiated, ns
+	// closeReason is why the broker closed the connection (ForceClose), for the closed line.
+	closeReason atomic.Pointer[string]
+	heartbeat   atomic.Int64 // negotiated, ns
 
 	lastRead atomic.Int64 // unix ns of the last frame read
 
@@ -123,14 +126,61 @@ func (c *conn) serve() {
 	})
 	err := c.readLoop()
 	hsTimer.Stop()
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !c.closing.Load() {
-		c.log.Debug("stream connection ended", "err", err)
+	reason := "client closed the connection"
+	switch {
+	case c.closing.Load():
+		reason = "closed by the broker"
+		if r := c.closeReason.Load(); r != nil {
+			reason = *r
+		}
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+		reason = err.Error()
 	}
 	c.shutdown()
 	c.out.close()
 	writerWG.Wait()
 	c.nc.Close()
-	c.log.Debug("stream connection closed")
+	if c.stepOpened() {
+		c.log.Info("connection closed", append(c.logFields(), "reason", reason)...)
+	} else {
+		c.log.Debug("stream connection closed before it opened", "reason", reason)
+	}
+}
+
+// logFields are the fields of the operators' connection log lines (opened, closed): user, vhost,
+// peer, the client's connection_name, the protocol.
+func (c *conn) logFields() []any {
+	var user, vhost string
+	if u := c.user.Load(); u != nil {
+		user = *u
+	}
+	if v := c.vhostName.Load(); v != nil {
+		vhost = *v
+	}
+	return []any{"protocol", "stream", "user", user, "vhost", vhost, "peer", c.nc.RemoteAddr().String(),
+		"client_name", c.clientName()}
+}
+
+// clientName is the connection_name the client gave in its peer properties ("" if none).
+func (c *conn) clientName() string {
+	if p := c.clientP.Load(); p != nil {
+		for _, kv := range *p {
+			if kv.Key == "connection_name" {
+				return kv.Value
+			}
+		}
+	}
+	return ""
+}
+
+// actor is ctx carrying who this connection is, for the core's log lines of declares and
+// deletes.
+func (c *conn) actor(ctx context.Context) context.Context {
+	var user string
+	if u := c.user.Load(); u != nil {
+		user = *u
+	}
+	return core.WithActor(ctx, core.Actor{User: user, Connection: c.name, Via: "stream", Peer: c.nc.RemoteAddr().String()})
 }
 
 // stepOpened reports, from any goroutine, whether open succeeded.
@@ -329,11 +379,10 @@ func (c *conn) authenticate(frame []byte) bool {
 	user, pass := string(parts[1]), string(parts[2])
 	if err := c.s.cfg.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
 		var le *LoopbackError
+		// The core logged the refusal (user, peer, mechanism, reason).
 		if errors.As(err, &le) {
-			c.log.Warn("stream login refused", "user", user, "err", err)
 			return fail(wire.ResponseSASLAuthenticationFailureLoopback)
 		}
-		c.log.Warn("stream login refused", "user", user, "err", err)
 		return fail(wire.ResponseAuthenticationFailure)
 	}
 	c.user.Store(&user)
@@ -376,7 +425,7 @@ func (c *conn) open(frame []byte) bool {
 	c.r.SetMaxFrameSize(c.frameMax)
 	c.s.core.RegisterConn(c)
 	c.startHeartbeat()
-	c.log.Debug("stream connection opened", "user", user, "vhost", vh)
+	c.log.Info("connection opened", c.logFields()...)
 	return false
 }
 
@@ -530,6 +579,7 @@ func (c *conn) ForceClose(code uint16, text string) {
 	if c.closing.Swap(true) {
 		return
 	}
+	c.closeReason.Store(&text)
 	c.log.Info("closing stream connection", "reason", text)
 	c.nc.Close()
 }

@@ -7,6 +7,7 @@ import (
 
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/stats"
 	"warren/server/streamproto/wire"
 	"warren/stream"
 	"warren/stream/replica"
@@ -166,6 +167,9 @@ func (c *conn) publish(frame []byte) error {
 	if n == 0 {
 		return nil
 	}
+	// Every stream-protocol publish expects a confirm.
+	c.s.counters.Add(stats.Published, uint64(n))
+	c.s.counters.Add(stats.PublishedConfirm, uint64(n))
 	// At an idle stream (nothing being written) a large frame's first idleFirst messages go
 	// alone and the reader waits (at most idleFirstWait) until the writer has made them a chunk:
 	// RabbitMQ's osiris writer receives a frame's messages one by one and writes what it has at
@@ -229,6 +233,8 @@ func (c *conn) appendSlice(p *publisher, pid uint8, recs []stream.Record, ids []
 			}
 			return
 		}
+		c.s.counters.Add(stats.Routed, uint64(len(ids)))
+		c.s.counters.Add(stats.Confirmed, uint64(len(ids)))
 		if b, e := wire.AppendPublishConfirm(nil, pid, ids); e == nil {
 			out.send(b)
 		}

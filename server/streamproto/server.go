@@ -31,6 +31,7 @@ import (
 
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/stats"
 	"warren/server/streamproto/wire"
 )
 
@@ -86,6 +87,12 @@ type Server struct {
 	lns     []net.Listener
 	conns   map[*conn]struct{}
 	closing bool
+
+	// counters are the protocol's traffic (rabbitmq_global_messages_*{protocol="stream"}):
+	// Published (and PublishedConfirm: every publish expects a confirm), Routed, Confirmed and
+	// DeliveredNoAck (stream deliveries are credit, not acks), counted in messages (a sub-batch
+	// entry is one).
+	counters stats.Counters
 
 	wg sync.WaitGroup
 }
@@ -266,3 +273,66 @@ func (s *Server) notifyStreamGone(vhost, stream string) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// Counters reads the protocol's traffic counters (Published, Routed, Confirmed, DeliveredNoAck).
+func (s *Server) Counters() stats.Values { return s.counters.Values() }
+
+// Clients counts the open subscriptions and the declared publishers of every connection.
+func (s *Server) Clients() (consumers, publishers int) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		consumers += len(c.subs)
+		publishers += len(c.publishers)
+		c.mu.Unlock()
+	}
+	return consumers, publishers
+}
+
+// SubscriptionInfo describes one stream-protocol subscription, for the operators' views
+// (/api/stream/consumers, warren ctl streams lag, the exporter's lag).
+type SubscriptionInfo struct {
+	VHost, Stream string
+	Connection    string // the connection's name (peer -> local)
+	ID            uint8  // the subscription id on its connection
+	Name          string // the consumer's name property (its stored offsets' reference), if any
+	Next          uint64 // the next offset it reads
+	Credit        int64
+	Active        bool // false: a single active consumer waiting for its turn
+}
+
+// Subscriptions lists the open subscriptions of every connection.
+func (s *Server) Subscriptions() []SubscriptionInfo {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var out []SubscriptionInfo
+	for _, c := range conns {
+		vh := c.vhostName.Load()
+		if vh == nil {
+			continue
+		}
+		c.mu.Lock()
+		subs := make([]*subscription, 0, len(c.subs))
+		for _, sub := range c.subs {
+			subs = append(subs, sub)
+		}
+		c.mu.Unlock()
+		for _, sub := range subs {
+			sub.mu.Lock()
+			next := sub.next
+			sub.mu.Unlock()
+			out = append(out, SubscriptionInfo{VHost: *vh, Stream: sub.stream, Connection: c.name, ID: sub.id,
+				Name: sub.name, Next: next, Credit: sub.credit.Load(), Active: sub.active.Load()})
+		}
+	}
+	return out
+}

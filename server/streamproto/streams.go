@@ -83,7 +83,7 @@ func (c *conn) createStreamCode(name string, props []wire.Property) wire.Respons
 	defer cancel()
 	// A redeclaration with other arguments is refused as in AMQP (406: precondition_failed);
 	// with the same ones the answer is stream_already_exists, as RabbitMQ's.
-	q, err := c.vhost.DeclareQueue(ctx, core.QueueDecl{Name: name, Durable: true, Args: args}, nil)
+	q, err := c.vhost.DeclareQueue(c.actor(ctx), core.QueueDecl{Name: name, Durable: true, Args: args}, nil)
 	if err != nil {
 		return codeOf(err)
 	}
@@ -110,7 +110,7 @@ func (c *conn) deleteStream(frame []byte) error {
 		code = wire.ResponseCodeAccessRefused
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err := c.vhost.DeleteQueue(ctx, q, false, false, nil)
+		_, err := c.vhost.DeleteQueue(c.actor(ctx), q, false, false, nil)
 		cancel()
 		if err != nil {
 			code = codeOf(err)
@@ -256,7 +256,7 @@ func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCod
 	defer cancel()
 	d := core.ExchangeDecl{Name: m.Name, Type: core.SuperStreamType, Durable: true, Args: qargs,
 		Partitions: m.Partitions, BindingKeys: m.BindingKeys}
-	if err := c.vhost.DeclareExchange(ctx, d); err != nil {
+	if err := c.vhost.DeclareExchange(c.actor(ctx), d); err != nil {
 		return codeOf(err)
 	}
 	return wire.ResponseCodeOK
@@ -276,7 +276,7 @@ func (c *conn) deleteSuperStream(frame []byte) error {
 		code = wire.ResponseCodeAccessRefused
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err := c.vhost.DeleteExchange(ctx, m.Name, false)
+		err := c.vhost.DeleteExchange(c.actor(ctx), m.Name, false)
 		cancel()
 		if err != nil {
 			code = codeOf(err)

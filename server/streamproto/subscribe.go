@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"warren/server/auth"
+	"warren/server/stats"
 	"warren/server/streamproto/wire"
 	"warren/stream"
 	"warren/stream/osiris"
@@ -278,6 +279,7 @@ func (s *subscription) send(dc *stream.DeliveryChunk) {
 		committed = s.log.LastChunk()
 	}
 	data := dc.Data()
+	c.s.counters.Add(stats.DeliveredNoAck, dc.Next-dc.First)
 	// A new header slice per frame: the writer holds it until written.
 	hdr := wire.AppendDeliverHeader(make([]byte, 0, wire.DeliverHeaderSize(version)), version, s.id, committed,
 		uint32(osiris.HeaderSize+len(data)))

@@ -49,10 +49,12 @@ func vhostFlag() cli.Flag {
 func Command() *cli.Command {
 	cmds := append(listCommands(), changeCommands()...)
 	cmds = append(cmds, healthCommands()...)
+	cmds = append(cmds, memberCommands()...)
 	for _, c := range cmds {
 		c.Flags = append(c.Flags, commonFlags()...)
 		interspersed(c)
 	}
+	cmds = append(cmds, streamsCommand())
 	// The cluster port's tools, under ctl as well as their old names.
 	cmds = append(cmds, clustercmd.Command(), dlq.Command())
 	return &cli.Command{

@@ -97,7 +97,11 @@ func reparse(c *cli.Context, cmd *cli.Command) (*cli.Context, error) {
 // help prints a command's usage and options.
 func help(c *cli.Context, cmd *cli.Command) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "warren ctl %s - %s\n\nUSAGE:\n   warren ctl %s [options] %s\n\nOPTIONS:\n", cmd.Name, cmd.Usage, cmd.Name, cmd.ArgsUsage)
+	name := "warren ctl " + cmd.Name
+	if strings.HasPrefix(cmd.HelpName, "warren ctl ") {
+		name = cmd.HelpName // a subcommand's full name (warren ctl streams lag)
+	}
+	fmt.Fprintf(&b, "%s - %s\n\nUSAGE:\n   %s [options] %s\n\nOPTIONS:\n", name, cmd.Usage, name, cmd.ArgsUsage)
 	for _, f := range cmd.Flags {
 		fmt.Fprintf(&b, "   %s\n", f)
 	}
