@@ -516,7 +516,13 @@ func (m *machine) settle(tag Tag) (flags uint8, ok bool) {
 func (m *machine) requeue(e entry) entry {
 	e.count++
 	e.redelivered = true
-	m.levels[e.prio].returned.push(e)
+	if l := &m.levels[e.prio]; l.fifo.Len() > 0 && e.id > l.fifo.At(0).id {
+		// Taken from the middle of the FIFO (takeReady, browse.go): back to its place there, so
+		// that every returned id stays below the FIFO's head.
+		l.fifo.insert(l.fifo.search(func(x entry) bool { return x.id < e.id }), e)
+	} else {
+		l.returned.push(e)
+	}
 	m.top = max(m.top, int(e.prio))
 	m.ready++
 	m.readyBytes += int(e.size)

@@ -1,0 +1,144 @@
+package queue
+
+import (
+	"strings"
+	"testing"
+)
+
+func bodiesOf(ds []Delivery) string {
+	var s []string
+	for _, d := range ds {
+		if d.Msg == nil {
+			s = append(s, "<nil>")
+			continue
+		}
+		s = append(s, string(d.Msg.Body))
+	}
+	return strings.Join(s, ",")
+}
+
+// TestPeekOrderAndTake checks that peek lists the ready messages in the order deliveries take
+// them (priority, then requeued before new, by id), skips expired ones, changes nothing, and that
+// CmdTake takes exactly the named message.
+func TestPeekOrderAndTake(t *testing.T) {
+	const now = 1_000_000
+	type step struct {
+		cmd  Command
+		at   int64
+		peek string // the bodies a peek of 10 shows afterwards
+	}
+	enq := func(b string, prio uint8, expires int64) Command {
+		return Command{Type: CmdEnqueue, Msg: &Message{Body: []byte(b), Priority: prio, ExpiresAt: expires}}
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		steps []step
+	}{
+		{"fifo", DefaultConfig(), []step{
+			{cmd: enq("a", 0, 0), peek: "a"},
+			{cmd: enq("b", 0, 0), peek: "a,b"},
+			{cmd: enq("c", 0, 0), peek: "a,b,c"},
+			{cmd: Command{Type: CmdTake, ID: 2}, peek: "a,c"},
+			{cmd: Command{Type: CmdTake, ID: 2}, peek: "a,c"}, // not ready any more: nothing
+			{cmd: Command{Type: CmdReturn, Tags: []Tag{{ID: 2, Count: 0}}}, peek: "a,b,c"},
+			{cmd: Command{Type: CmdTake, ID: 3}, peek: "a,b"},
+			{cmd: Command{Type: CmdSettle, Tags: []Tag{{ID: 3, Count: 0}}}, peek: "a,b"},
+		}},
+		{"priorities", cfgWith(func(c *Config) { c.MaxPriority = 3 }), []step{
+			{cmd: enq("low", 0, 0), peek: "low"},
+			{cmd: enq("high", 3, 0), peek: "high,low"},
+			{cmd: enq("mid", 2, 0), peek: "high,mid,low"},
+			{cmd: Command{Type: CmdGet}, peek: "mid,low"},
+			{cmd: Command{Type: CmdReturn, Tags: []Tag{{ID: 2, Count: 0}}}, peek: "high,mid,low"},
+			{cmd: Command{Type: CmdTake, ID: 2}, peek: "mid,low"},
+			{cmd: Command{Type: CmdTake, ID: 1}, peek: "mid"},
+		}},
+		{"expiry", DefaultConfig(), []step{
+			{cmd: enq("soon", 0, now+10), at: now, peek: "soon"},
+			{cmd: enq("later", 0, now+1000), at: now, peek: "soon,later"},
+			{cmd: Command{Type: CmdTouch}, at: now + 20, peek: "later"}, // due, not yet expired
+			{cmd: Command{Type: CmdTake, ID: 1}, at: now + 20, peek: "later"},
+			{cmd: Command{Type: CmdTake, ID: 2}, at: now + 20, peek: ""},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewState(StateConfig{Config: tt.cfg})
+			var fx Effects
+			for i, st := range tt.steps {
+				at := st.at
+				if at == 0 {
+					at = now
+				}
+				fx.Reset()
+				cmd := st.cmd
+				s.Apply(&cmd, at, &fx)
+				if cmd.Type == CmdTake {
+					want := cmd.ID
+					if fx.Reply.OK && (fx.Reply.Delivery.ID != want || fx.Reply.Delivery.Settled) {
+						t.Fatalf("step %d: took %+v, want message %d unacked", i, fx.Reply.Delivery, want)
+					}
+				}
+				ready, unacked := s.Ready(), s.Unacked()
+				for range 2 {
+					if got := bodiesOf(peekState(s, 10, at)); got != st.peek {
+						t.Fatalf("step %d: peek %q, want %q", i, got, st.peek)
+					}
+				}
+				if s.Ready() != ready || s.Unacked() != unacked {
+					t.Fatalf("step %d: peek changed the counts", i)
+				}
+				if got := bodiesOf(peekState(s, 1, at)); st.peek != "" && !strings.HasPrefix(st.peek, got) {
+					t.Fatalf("step %d: peek of 1 %q, want the head of %q", i, got, st.peek)
+				}
+			}
+		})
+	}
+}
+
+// TestClassicPeekPaged peeks a classic queue whose later messages are paged out to disk and takes
+// a paged one by id.
+func TestClassicPeekPaged(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	q := openClassic(t, OpenConfig{DB: db, ID: 1, Durable: true, Hooks: &thooks{}, Extra: &ClassicConfig{PageWindow: 2}})
+	for _, b := range []string{"a", "b", "c", "d"} {
+		d := newDone(t)
+		q.Publish(&Message{Body: []byte(b), Persistent: true}, d)
+		if err := d.wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		ds, err := q.Peek(10)
+		if err != nil || bodiesOf(ds) != "a,b,c,d" {
+			t.Fatalf("peek: %q %v", bodiesOf(ds), err)
+		}
+		for _, d := range ds {
+			if d.Redelivered || d.DeliveryCount != 0 {
+				t.Fatalf("peeked %+v", d)
+			}
+		}
+	}
+	d, ok, err := q.GetID(3)
+	if err != nil || !ok || string(d.Msg.Body) != "c" {
+		t.Fatalf("GetID(3): %+v %v %v", d, ok, err)
+	}
+	if err := q.Settle(0, SettleAck, []Tag{d.Tag()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := q.GetID(3); ok {
+		t.Fatal("GetID(3) again took something")
+	}
+	ds, _ := q.Peek(10)
+	if bodiesOf(ds) != "a,b,d" {
+		t.Fatalf("peek after the take: %q", bodiesOf(ds))
+	}
+	for _, want := range []string{"a", "b", "d"} {
+		g, _, ok, err := q.Get(true)
+		if err != nil || !ok || string(g.Msg.Body) != want || g.Redelivered {
+			t.Fatalf("get: %+v %v %v, want %q", g, ok, err, want)
+		}
+	}
+}
