@@ -42,8 +42,19 @@ type DeathOrigin struct {
 	Keys     []string // the routing keys it had been published with (routing key, then CC)
 }
 
-// errNoDeath says a message carries no usable x-death history.
-var errNoDeath = errors.New("no x-death header")
+// ErrNoDeath says a message carries no usable x-death history.
+var ErrNoDeath = errors.New("no x-death header")
+
+// RedriveDropsHeader reports whether a redriven message loses header k: CC and BCC (set again
+// from the target), and the delivery headers x-delivery-count and x-acquired-count, which a
+// broker adds to deliveries from the dead-letter queue, not to the message.
+func RedriveDropsHeader(k string) bool {
+	switch k {
+	case "CC", "BCC", "x-delivery-count", "x-acquired-count":
+		return true
+	}
+	return false
+}
 
 // FirstDeath reads a message's first death from its headers. RabbitMQ keeps x-death newest first,
 // one entry per {queue, reason}, and names the first death in x-first-death-queue, -reason and
@@ -58,7 +69,7 @@ func FirstDeath(h amqp.Table) (DeathOrigin, error) {
 		}
 	}
 	if len(deaths) == 0 {
-		return DeathOrigin{}, errNoDeath
+		return DeathOrigin{}, ErrNoDeath
 	}
 	str := func(v any) string {
 		switch s := v.(type) {
@@ -210,10 +221,9 @@ func redriven(m *queue.Message, toSourceQueue bool) (*queue.Message, amqp.Table,
 	}
 	headers := amqp.Table{}
 	for k, v := range props.Headers {
-		headers[k] = v
-	}
-	for _, k := range []string{"CC", "BCC", "x-delivery-count", "x-acquired-count"} {
-		delete(headers, k)
+		if !RedriveDropsHeader(k) {
+			headers[k] = v
+		}
 	}
 	if len(cc) > 0 {
 		headers["CC"] = stringsToArray(cc)
