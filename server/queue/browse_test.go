@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -138,6 +140,66 @@ func TestClassicPeekPaged(t *testing.T) {
 	for _, want := range []string{"a", "b", "d"} {
 		g, _, ok, err := q.Get(true)
 		if err != nil || !ok || string(g.Msg.Body) != want || g.Redelivered {
+			t.Fatalf("get: %+v %v %v, want %q", g, ok, err, want)
+		}
+	}
+}
+
+// TestQuorumPeekAndTakeAgree peeks every replica of a quorum queue, takes a message from the
+// middle through one of them and returns it: every replica applies the same take and the same
+// return (the message goes back to its place), and all snapshot to the same bytes.
+func TestQuorumPeekAndTakeAgree(t *testing.T) {
+	c := newCluster(t)
+	var qs []*Quorum
+	for range 3 {
+		qs = append(qs, c.add(t, OpenConfig{Lifecycle: DefaultConfig()}, false))
+	}
+	for _, b := range []string{"a", "b", "c"} {
+		publishOK(t, qs[0], body(b))
+	}
+	peekAll := func(want string) {
+		t.Helper()
+		for i, q := range qs {
+			waitFor(t, fmt.Sprintf("replica %d peeks %q", i, want), func() bool {
+				ds, err := q.Peek(10)
+				return err == nil && bodiesOf(ds) == want
+			})
+		}
+	}
+	peekAll("a,b,c")
+	d, ok, err := qs[1].GetID(2)
+	if err != nil || !ok || string(d.Msg.Body) != "b" || d.Redelivered {
+		t.Fatalf("GetID(2) on replica 1: %+v %v %v", d, ok, err)
+	}
+	peekAll("a,c")
+	if _, ok, err := qs[2].GetID(2); err != nil || ok {
+		t.Fatalf("GetID(2) again: %v %v", ok, err)
+	}
+	if err := qs[1].Settle(0, SettleRequeue, []Tag{d.Tag()}); err != nil {
+		t.Fatal(err)
+	}
+	peekAll("a,b,c")
+	for i, q := range qs {
+		ds, _ := q.Peek(10)
+		if ds[0].Redelivered || !ds[1].Redelivered || ds[1].DeliveryCount != 1 || ds[2].Redelivered {
+			t.Fatalf("replica %d after the return: %+v", i, ds)
+		}
+	}
+	waitFor(t, "replicas applied", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.log) == 0
+	})
+	snap := qs[0].Snapshot()
+	for i, q := range qs[1:] {
+		if !bytes.Equal(q.Snapshot()[1:], snap[1:]) {
+			t.Fatalf("replica %d's snapshot differs from replica 0's", i+1)
+		}
+	}
+	// basic.get takes them in the order the peek showed.
+	for _, want := range []string{"a", "b", "c"} {
+		g, _, ok, err := qs[0].Get(true)
+		if err != nil || !ok || string(g.Msg.Body) != want {
 			t.Fatalf("get: %+v %v %v, want %q", g, ok, err, want)
 		}
 	}
