@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -287,5 +289,110 @@ func TestRedriveSelected(t *testing.T) {
 			}
 			b.waitDepth(t, dlq, 1)
 		})
+	}
+}
+
+// sendAs makes a request as user with a raw JSON body.
+func (b *broker) sendAs(t *testing.T, user, pass, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.api+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(user, pass)
+	req.Header.Set("Content-Type", "application/json")
+	client := http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+// TestRedriveTargets redrives through the original exchange (reaching every queue its keys route
+// to), to the source queue only, and as users who may not read the dead-letter queue or write to
+// the original exchange.
+func TestRedriveTargets(t *testing.T) {
+	b := startBroker(t)
+	_, ch := amqpSetup(t, b.amqpURL)
+	for _, x := range []struct{ name, kind string }{{"shop", "direct"}, {"dlx", "fanout"}} {
+		if err := ch.ExchangeDeclare(x.name, x.kind, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queues := map[string]amqp.Table{"orders": {"x-dead-letter-exchange": "dlx"}, "audit": nil, "orders-dlq": nil}
+	for name, args := range queues {
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bd := range [][2]string{{"orders", "shop"}, {"audit", "shop"}, {"orders-dlq", "dlx"}} {
+		if err := ch.QueueBind(bd[0], "new", bd[1], false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, body := range []string{"m1", "m2"} {
+		confirmPublish(t, ch, "shop", "new", amqp.Publishing{Body: []byte(body)})
+	}
+	b.waitDepth(t, "orders", 2)
+	if _, err := ch.QueuePurge("audit", false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := mustGet(t, ch, "orders").Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitDepth(t, "orders-dlq", 2)
+	got := b.browse(t, "orders-dlq", `{}`)
+	if payloads(got) != "m1,m2" {
+		t.Fatalf("dead letters: %+v", got)
+	}
+	m1, m2 := got[0].ID, got[1].ID
+
+	// ops may read everything but write only to the default exchange; nobody may read nothing.
+	for _, u := range []struct{ name, read, write string }{{"ops", ".*", "^amq\\.default$"}, {"nobody", "^$", ".*"}} {
+		if code := b.send(t, "PUT", "/api/users/"+u.name, map[string]any{"password": "pw", "tags": "management"}, nil); code != 201 {
+			t.Fatalf("create user %s: %d", u.name, code)
+		}
+		if code := b.send(t, "PUT", "/api/permissions/%2F/"+u.name, map[string]any{"configure": "", "write": u.write, "read": u.read}, nil); code != 201 {
+			t.Fatalf("permissions of %s: %d", u.name, code)
+		}
+	}
+	if code, out := b.sendAs(t, "nobody", "pw", "POST", "/api/queues/%2F/orders-dlq/browse", `{}`); code != 401 {
+		t.Fatalf("browse without read permission: %d %s", code, out)
+	}
+	if code, out := b.sendAs(t, "nobody", "pw", "POST", "/api/queues/%2F/orders-dlq/redrive", fmt.Sprintf(`{"ids": [%d]}`, m1)); code != 401 {
+		t.Fatalf("redrive without read permission: %d %s", code, out)
+	}
+	code, out := b.sendAs(t, "ops", "pw", "POST", "/api/queues/%2F/orders-dlq/redrive", fmt.Sprintf(`{"ids": [%d]}`, m1))
+	if code != 200 || !strings.Contains(out, `"failed":1`) || !strings.Contains(out, "access to exchange 'shop'") {
+		t.Fatalf("redrive without write permission on shop: %d %s", code, out)
+	}
+	// It stays, returned (so now redelivered), at its place.
+	if got := b.browse(t, "orders-dlq", `{}`); payloads(got) != "m1,m2" || !got[0].Redelivered || got[1].Redelivered {
+		t.Fatalf("after a refused redrive: %+v", got)
+	}
+	// ops may send it to its source queue through the default exchange.
+	code, out = b.sendAs(t, "ops", "pw", "POST", "/api/queues/%2F/orders-dlq/redrive", fmt.Sprintf(`{"ids": [%d], "to_source_queue": true}`, m1))
+	if code != 200 || !strings.Contains(out, `"moved":1`) || !strings.Contains(out, `"routing_keys":["orders"]`) {
+		t.Fatalf("redrive to the source queue: %d %s", code, out)
+	}
+	b.waitDepth(t, "orders", 1)
+	b.waitDepth(t, "audit", 0)
+	// Through the original exchange and keys, m2 reaches audit too.
+	code, out = b.sendRaw(t, "POST", "/api/queues/%2F/orders-dlq/redrive", fmt.Sprintf(`{"ids": [%d]}`, m2))
+	if code != 200 || !strings.Contains(out, `"moved":1`) || !strings.Contains(out, `"exchange":"shop"`) {
+		t.Fatalf("redrive through shop: %d %s", code, out)
+	}
+	b.waitDepth(t, "orders", 2)
+	b.waitDepth(t, "audit", 1)
+	b.waitDepth(t, "orders-dlq", 0)
+	for _, want := range []string{"m1", "m2"} {
+		if d := mustGet(t, ch, "orders"); string(d.Body) != want {
+			t.Fatalf("orders: %q, want %q", d.Body, want)
+		}
 	}
 }
