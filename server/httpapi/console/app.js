@@ -132,20 +132,32 @@ async function renderOverview() {
     (ov.listeners || []).map(l => `<tr><td>${esc(l.protocol)}</td><td>${esc(l.ip_address)}</td><td class="num">${esc(l.port)}</td></tr>`));
 }
 
+// drawRates plots the rates sampled at each refresh (the last 60, 5 minutes): a line per rate, a
+// dot per sample, the scale on the left. The canvas's data-points says how many samples it shows.
 function drawRates(c) {
-  const g = c.getContext("2d"), w = c.width, h = c.height;
+  const g = c.getContext("2d"), w = c.width, h = c.height, left = 50, top0 = 20, bottom = h - 20;
   g.clearRect(0, 0, w, h);
   const all = [].concat(...Object.values(rateHistory));
   const top = Math.max(1, ...all);
-  const colours = { publish: "#1565c0", deliver_get: "#2e7d32", ack: "#ef6c00" };
-  let legend = 10;
-  for (const [k, pts] of Object.entries(rateHistory)) {
-    g.strokeStyle = colours[k]; g.lineWidth = 2; g.beginPath();
-    pts.forEach((v, i) => { const x = (i / 59) * (w - 20) + 10, y = h - 20 - (v / top) * (h - 40); i ? g.lineTo(x, y) : g.moveTo(x, y); });
-    g.stroke();
-    g.fillStyle = colours[k]; g.fillText(k, legend, 12); legend += 80;
+  const y = v => bottom - (v / top) * (bottom - top0);
+  const x = i => left + (i / 59) * (w - left - 10);
+  g.strokeStyle = "#e0e0e0"; g.fillStyle = "#555"; g.lineWidth = 1;
+  for (const v of [0, top / 2, top]) {
+    g.beginPath(); g.moveTo(left, y(v)); g.lineTo(w - 10, y(v)); g.stroke();
+    g.fillText(v.toFixed(v < 10 ? 1 : 0) + "/s", 5, y(v) + 4);
   }
-  g.fillStyle = "#555"; g.fillText("max " + top.toFixed(1) + "/s", w - 90, 12);
+  g.fillText("5 min ago", left, h - 5); g.fillText("now", w - 30, h - 5);
+  const colours = { publish: "#1565c0", deliver_get: "#2e7d32", ack: "#ef6c00" };
+  let legend = left;
+  for (const [k, pts] of Object.entries(rateHistory)) {
+    const off = 60 - pts.length; // the newest sample is at the right edge
+    g.strokeStyle = colours[k]; g.fillStyle = colours[k]; g.lineWidth = 2; g.beginPath();
+    pts.forEach((v, i) => { i ? g.lineTo(x(off + i), y(v)) : g.moveTo(x(off + i), y(v)); });
+    g.stroke();
+    pts.forEach((v, i) => { g.beginPath(); g.arc(x(off + i), y(v), 2.5, 0, 2 * Math.PI); g.fill(); });
+    g.fillText(k + " " + (pts.length ? pts[pts.length - 1].toFixed(1) : "0.0"), legend, 12); legend += 120;
+  }
+  c.dataset.points = String(Math.max(...Object.values(rateHistory).map(p => p.length)));
 }
 
 // --- queues --------------------------------------------------------------------------------
