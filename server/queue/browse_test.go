@@ -2,7 +2,10 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -201,6 +204,83 @@ func TestQuorumPeekAndTakeAgree(t *testing.T) {
 		g, _, ok, err := qs[0].Get(true)
 		if err != nil || !ok || string(g.Msg.Body) != want {
 			t.Fatalf("get: %+v %v %v, want %q", g, ok, err, want)
+		}
+	}
+}
+
+// TestPeekMatchesDeliveryOrder applies random publishes, gets, takes, returns and acks and checks
+// after each that a peek lists the ready messages exactly in the model's delivery order (highest
+// priority first, smallest id within a priority, whatever was taken from the middle and returned)
+// and that the next basic.get takes the first of them.
+func TestPeekMatchesDeliveryOrder(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		s := NewState(StateConfig{Config: cfgWith(func(c *Config) { c.MaxPriority = 2 })})
+		var fx Effects
+		prio := map[uint64]uint8{}
+		ready := map[uint64]bool{}
+		var unacked []Tag
+		apply := func(cmd Command) {
+			fx.Reset()
+			s.Apply(&cmd, 1000, &fx)
+		}
+		model := func() []uint64 {
+			var ids []uint64
+			for id := range ready {
+				ids = append(ids, id)
+			}
+			slices.SortFunc(ids, func(a, b uint64) int {
+				if prio[a] != prio[b] {
+					return cmp.Compare(prio[b], prio[a])
+				}
+				return cmp.Compare(a, b)
+			})
+			return ids
+		}
+		for step := range 1500 {
+			switch r := rng.IntN(10); {
+			case r < 4:
+				p := uint8(rng.IntN(3))
+				apply(Command{Type: CmdEnqueue, Msg: &Message{Body: []byte("x"), Priority: p}})
+				prio[fx.Reply.ID], ready[fx.Reply.ID] = p, true
+			case r < 6 && len(ready) > 0:
+				ids := model()
+				id := ids[rng.IntN(len(ids))]
+				apply(Command{Type: CmdTake, ID: id})
+				if !fx.Reply.OK || fx.Reply.Delivery.ID != id {
+					t.Fatalf("seed %d step %d: take %d: %+v", seed, step, id, fx.Reply)
+				}
+				delete(ready, id)
+				unacked = append(unacked, fx.Reply.Delivery.Tag())
+			case r < 7 && len(ready) > 0:
+				apply(Command{Type: CmdGet})
+				want := model()[0]
+				if !fx.Reply.OK || fx.Reply.Delivery.ID != want {
+					t.Fatalf("seed %d step %d: get took %d, want %d", seed, step, fx.Reply.Delivery.ID, want)
+				}
+				delete(ready, want)
+				unacked = append(unacked, fx.Reply.Delivery.Tag())
+			case r < 9 && len(unacked) > 0:
+				i := rng.IntN(len(unacked))
+				tag := unacked[i]
+				unacked = slices.Delete(unacked, i, i+1)
+				if rng.IntN(2) == 0 {
+					apply(Command{Type: CmdReturn, Tags: []Tag{tag}})
+					ready[tag.ID] = true
+				} else {
+					apply(Command{Type: CmdSettle, Tags: []Tag{tag}})
+				}
+			}
+			got := peekState(s, len(ready)+1, 1000)
+			want := model()
+			if len(got) != len(want) {
+				t.Fatalf("seed %d step %d: peek %d messages, want %d", seed, step, len(got), len(want))
+			}
+			for i := range got {
+				if got[i].ID != want[i] {
+					t.Fatalf("seed %d step %d: peek order %v, want %v", seed, step, ids(got), want)
+				}
+			}
 		}
 	}
 }
