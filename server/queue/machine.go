@@ -133,10 +133,12 @@ type group struct {
 
 // level holds the ready messages of one message priority.
 //
-// fifo holds messages never delivered, in id order; it only grows at the back (Enqueue) and shrinks
-// at the front, so every id ever delivered from this level is below its head. returned is a
-// min-heap of requeued messages, whose ids are therefore all below the fifo head: the next ready
-// message of the level is the heap minimum if the heap is not empty, else the fifo head.
+// fifo holds messages in id order; it grows at the back (Enqueue) and shrinks at the front, so
+// every id delivered from its head is below the new head. returned is a min-heap of requeued
+// messages, whose ids are therefore all below the fifo head: the next ready message of the level
+// is the heap minimum if the heap is not empty, else the fifo head. The one exception, an
+// operator's take of a named message from the middle of the fifo (takeReady, browse.go), keeps
+// this: if that message is requeued, it goes back to its place in the fifo, not to the heap.
 type level struct {
 	fifo     deque[entry]
 	returned idHeap
