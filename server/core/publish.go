@@ -25,6 +25,16 @@ var ErrNoExchange = errors.New("no such exchange")
 // safe as its type promises. It reports whether a queue took it. It is the management API's
 // publish: the message is counted on its queues, not on any channel.
 func (v *VHost) Publish(ctx context.Context, msg *queue.Message, headers amqp.Table) (bool, error) {
+	routed, err := v.publish(ctx, msg, headers)
+	if errors.Is(err, queue.ErrRejected) {
+		err = nil
+	}
+	return routed, err
+}
+
+// publish is Publish reporting every queue's refusal, ErrRejected (x-overflow) included: a
+// redrive must know that a target did not take the message.
+func (v *VHost) publish(ctx context.Context, msg *queue.Message, headers amqp.Table) (bool, error) {
 	if aerr := v.CheckPublishExchange(msg.Exchange); aerr != nil {
 		return false, aerr
 	}
@@ -64,7 +74,7 @@ func (v *VHost) Publish(ctx context.Context, msg *queue.Message, headers amqp.Ta
 	w.mu.Lock()
 	err := w.err
 	w.mu.Unlock()
-	if err != nil && !errors.Is(err, queue.ErrRejected) {
+	if err != nil {
 		return routed, fmt.Errorf("publish: %w", err)
 	}
 	return routed, nil

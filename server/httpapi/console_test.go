@@ -36,15 +36,110 @@ func screenshotDir(t *testing.T) string {
 	return dir
 }
 
+// consoleBrowser is a headless Chromium driving the web console, with the helpers the browser
+// tests share: actions that wait (bounded) for what a page shows, and screenshots.
+type consoleBrowser struct {
+	t     *testing.T
+	ctx   context.Context
+	shots string
+}
+
+// newConsoleBrowser starts Chromium (skipping the test when none is installed); it is stopped at
+// the end of the test.
+func newConsoleBrowser(t *testing.T) *consoleBrowser {
+	chrome := chromeBinary()
+	if chrome == "" {
+		t.Skip("no Chrome or Chromium binary found (apt-get install chromium); the browser test needs one")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(func() { cancel(); cancelBrowser(); cancelAlloc() })
+	return &consoleBrowser{t: t, ctx: ctx, shots: screenshotDir(t)}
+}
+
+// shot saves a full-page screenshot as bin/console-screenshots/NAME.png.
+func (c *consoleBrowser) shot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		png, err := chromedp.FullScreenshot(100)(ctx, tg) // 100: PNG (below it, JPEG)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(c.shots, name+".png"), png, 0o644)
+	})
+}
+
+// waitText polls the text of sel until it is want: the console refreshes every 5 s.
+func (c *consoleBrowser) waitText(sel, want string) chromedp.Action[chromedp.Void] {
+	return c.waitUntil(sel, func(got string) bool { return got == want }, fmt.Sprintf("%q", want))
+}
+
+// waitUntil polls the (trimmed) text of sel until ok accepts it, for up to 30 s.
+func (c *consoleBrowser) waitUntil(sel string, ok func(string) bool, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		deadline := time.Now().Add(30 * time.Second)
+		var got string
+		for time.Now().Before(deadline) {
+			tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+			text, err := chromedp.Text(chromedp.CSS(sel))(tctx, tg)
+			tcancel()
+			got = strings.TrimSpace(text)
+			if err == nil && ok(got) {
+				return nil
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return fmt.Errorf("%s: text %q, want %s", sel, got, want)
+	})
+}
+
+// waitEval polls a JavaScript expression (a string) until it is want, for up to 30 s.
+func (c *consoleBrowser) waitEval(expr, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		deadline := time.Now().Add(30 * time.Second)
+		var got string
+		for time.Now().Before(deadline) {
+			v, err := chromedp.Evaluate[string](expr)(ctx, tg)
+			got = v
+			if err == nil && v == want {
+				return nil
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return fmt.Errorf("%s = %q, want %q", expr, got, want)
+	})
+}
+
+// run does actions in order and fails the test with what if one fails.
+func (c *consoleBrowser) run(what string, actions ...chromedp.Action[chromedp.Void]) {
+	c.t.Helper()
+	if err := chromedp.Do(c.ctx, actions...); err != nil {
+		c.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// login opens the console at base and logs in as guest.
+func (c *consoleBrowser) login(base string) {
+	c.t.Helper()
+	c.run("log in",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#login-user")),
+		chromedp.SendKeys(chromedp.CSS("#login-user"), "guest"),
+		chromedp.SendKeys(chromedp.CSS("#login-pass"), "guest"),
+		chromedp.Click(chromedp.CSS("#login-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#nav")),
+		c.waitText("#who", "guest (administrator)"),
+	)
+}
+
 // TestConsoleInBrowser drives the web console in a real headless Chromium as an operator
 // would: log in, find a queue declared over AMQP, watch its depth change after publishes over
 // AMQP, publish and get a message through the queue page, and visit every page, keeping a
 // screenshot of each under bin/console-screenshots.
 func TestConsoleInBrowser(t *testing.T) {
-	chrome := chromeBinary()
-	if chrome == "" {
-		t.Skip("no Chrome or Chromium binary found (apt-get install chromium); the browser test needs one")
-	}
+	c := newConsoleBrowser(t)
 	b := startBroker(t)
 	conn, err := amqp.Dial(b.amqpURL)
 	if err != nil {
@@ -60,48 +155,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(1280, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
-	defer cancel()
-	shots := screenshotDir(t)
-	shot := func(name string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(90)(ctx, tg)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644)
-		})
-	}
-	// waitText polls the text of sel until it is want: the console refreshes every 5 s.
-	waitText := func(sel, want string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			deadline := time.Now().Add(30 * time.Second)
-			var got string
-			for time.Now().Before(deadline) {
-				tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
-				text, err := chromedp.Text(chromedp.CSS(sel))(tctx, tg)
-				tcancel()
-				got = text
-				if err == nil && strings.TrimSpace(got) == want {
-					return nil
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			return fmt.Errorf("%s: text %q, want %q", sel, got, want)
-		})
-	}
-	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	shot, waitText, run := c.shot, c.waitText, c.run
 
 	run("log in with a wrong password",
 		chromedp.Navigate(b.api+"/"),

@@ -150,7 +150,7 @@ func newAPI(b *server.Server, opt Options) *api {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	return &api{b: b, c: b.Core(), opt: opt, routes: slices.Concat(apiRoutes(), streamRoutes(), manageRoutes()), started: time.Now()}
+	return &api{b: b, c: b.Core(), opt: opt, routes: slices.Concat(apiRoutes(), streamRoutes(), manageRoutes(), browseRoutes()), started: time.Now()}
 }
 
 // ServeHTTP serves the API under /api/ and the web console everywhere else.

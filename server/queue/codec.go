@@ -18,6 +18,7 @@ import (
 //	  Cancel         consumer u64, giveBack byte
 //	  Credit         consumer u64, total
 //	  Get            noAck byte, owner u32, producer u64, seq
+//	  Take           noAck byte, owner u32, producer u64, seq, id
 //	  Purge          producer u64, seq
 //	  Tick           -
 //	  NodeReset      node u16, except byte, list of epochs (u16)
@@ -78,11 +79,14 @@ func AppendCommand(dst []byte, cmd *Command, now int64) []byte {
 	case CmdCredit:
 		dst = binary.BigEndian.AppendUint64(dst, uint64(cmd.Consumer))
 		dst = binary.AppendUvarint(dst, cmd.Credit)
-	case CmdGet:
+	case CmdGet, CmdTake:
 		dst = append(dst, snapBool(cmd.NoAck))
 		dst = binary.BigEndian.AppendUint32(dst, cmd.Owner)
 		dst = binary.BigEndian.AppendUint64(dst, cmd.Producer)
 		dst = binary.AppendUvarint(dst, cmd.Seq)
+		if cmd.Type == CmdTake {
+			dst = binary.AppendUvarint(dst, cmd.ID)
+		}
 	case CmdPurge:
 		dst = binary.BigEndian.AppendUint64(dst, cmd.Producer)
 		dst = binary.AppendUvarint(dst, cmd.Seq)
@@ -170,11 +174,14 @@ func DecodeCommand(b []byte, cmd *Command) (now int64, err error) {
 	case CmdCredit:
 		cmd.Consumer = ConsumerID(r.u64("consumer"))
 		cmd.Credit = r.uvarint("credit")
-	case CmdGet:
+	case CmdGet, CmdTake:
 		cmd.NoAck = r.u8("no ack") == 1
 		cmd.Owner = r.u32be("owner")
 		cmd.Producer = r.u64("producer")
 		cmd.Seq = r.uvarint("seq")
+		if cmd.Type == CmdTake {
+			cmd.ID = r.uvarint("id")
+		}
 	case CmdPurge:
 		cmd.Producer = r.u64("producer")
 		cmd.Seq = r.uvarint("seq")

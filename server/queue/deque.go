@@ -37,6 +37,16 @@ func (d *deque[T]) PushFront(v T) {
 	d.n++
 }
 
+// insert puts v at position i (0 <= i <= Len), shifting the elements behind it back. O(Len).
+func (d *deque[T]) insert(i int, v T) {
+	d.PushBack(v)
+	mask := len(d.buf) - 1
+	for j := d.n - 1; j > i; j-- {
+		d.buf[(d.head+j)&mask] = d.buf[(d.head+j-1)&mask]
+	}
+	d.buf[(d.head+i)&mask] = v
+}
+
 // PopFront removes and returns the front element. The deque must not be empty.
 func (d *deque[T]) PopFront() T {
 	var zero T

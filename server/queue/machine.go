@@ -133,10 +133,12 @@ type group struct {
 
 // level holds the ready messages of one message priority.
 //
-// fifo holds messages never delivered, in id order; it only grows at the back (Enqueue) and shrinks
-// at the front, so every id ever delivered from this level is below its head. returned is a
-// min-heap of requeued messages, whose ids are therefore all below the fifo head: the next ready
-// message of the level is the heap minimum if the heap is not empty, else the fifo head.
+// fifo holds messages in id order; it grows at the back (Enqueue) and shrinks at the front, so
+// every id delivered from its head is below the new head. returned is a min-heap of requeued
+// messages, whose ids are therefore all below the fifo head: the next ready message of the level
+// is the heap minimum if the heap is not empty, else the fifo head. The one exception, an
+// operator's take of a named message from the middle of the fifo (takeReady, browse.go), keeps
+// this: if that message is requeued, it goes back to its place in the fifo, not to the heap.
 type level struct {
 	fifo     deque[entry]
 	returned idHeap
@@ -516,7 +518,13 @@ func (m *machine) settle(tag Tag) (flags uint8, ok bool) {
 func (m *machine) requeue(e entry) entry {
 	e.count++
 	e.redelivered = true
-	m.levels[e.prio].returned.push(e)
+	if l := &m.levels[e.prio]; l.fifo.Len() > 0 && e.id > l.fifo.At(0).id {
+		// Taken from the middle of the FIFO (takeReady, browse.go): back to its place there, so
+		// that every returned id stays below the FIFO's head.
+		l.fifo.insert(l.fifo.search(func(x entry) bool { return x.id < e.id }), e)
+	} else {
+		l.returned.push(e)
+	}
 	m.top = max(m.top, int(e.prio))
 	m.ready++
 	m.readyBytes += int(e.size)

@@ -606,7 +606,7 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	fx.Reset()
 	q.pageOut()
 	q.s.Apply(&q.cmd, now, fx)
-	if q.cmd.Type == CmdGet && fx.Reply.OK && fx.Reply.Delivery.Msg == nil && fx.Reply.Delivery.flags&flagPaged != 0 {
+	if (q.cmd.Type == CmdGet || q.cmd.Type == CmdTake) && fx.Reply.OK && fx.Reply.Delivery.Msg == nil && fx.Reply.Delivery.flags&flagPaged != 0 {
 		// basic.get answers with the body: read it before a no-ack get's record goes.
 		if m, err := q.loadBody(fx.Reply.Delivery.ID); err == nil {
 			fx.Reply.Delivery.Msg = m
@@ -632,7 +632,7 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	q.expiry, q.hasExpiry = fx.NextExpiry, fx.HasExpiry
 	var resp []byte
 	switch q.cmd.Type {
-	case CmdEnqueue, CmdConsume, CmdGet, CmdPurge:
+	case CmdEnqueue, CmdConsume, CmdGet, CmdTake, CmdPurge:
 		resp = appendReply(make([]byte, 0, 16), &fx.Reply)
 	}
 	q.flow.release(q.s.m.ready, len(q.consumers), q.closed)

@@ -30,7 +30,7 @@ type quorumExpiry struct {
 // whether redeclarations do (replicated classic queues).
 func isUse(t CommandType) bool {
 	switch t {
-	case CmdConsume, CmdCancel, CmdGet, CmdNodeReset, CmdTouch:
+	case CmdConsume, CmdCancel, CmdGet, CmdTake, CmdNodeReset, CmdTouch:
 		return true
 	}
 	return false

@@ -134,6 +134,9 @@ const (
 	// CmdTouch records a use of the queue (a replicated classic queue redeclared), for x-expires;
 	// it changes nothing in the state.
 	CmdTouch
+	// CmdTake takes the ready message ID as CmdGet takes the next one (NoAck, Owner,
+	// Producer/Seq as Get): the management API's redrive of selected dead letters.
+	CmdTake
 	cmdTypes
 )
 
@@ -148,7 +151,7 @@ type Command struct {
 	Flags   uint8
 	Offload bool
 
-	// Enqueue, Get, Purge: the command id, for retries (Producer 0 = none).
+	// Enqueue, Get, Take, Purge: the command id, for retries (Producer 0 = none).
 	Producer, Seq uint64
 
 	// Settle, Return, Discard.
@@ -181,7 +184,7 @@ type Command struct {
 	// Configure: the new limits (the other Config fields are ignored).
 	Limits Config
 
-	// Recover.
+	// Recover; Take: the message.
 	ID          uint64
 	Count       uint32
 	ExpiresAt   int64
@@ -384,7 +387,7 @@ func (s *State) Apply(cmd *Command, now int64, fx *Effects) {
 		}
 	case CmdCredit:
 		m.credit(cmd.Consumer, cmd.Credit)
-	case CmdGet:
+	case CmdGet, CmdTake:
 		s.get(cmd, now, fx)
 	case CmdPurge:
 		s.purge(cmd, fx)
@@ -574,8 +577,14 @@ func (s *State) get(cmd *Command, now int64, fx *Effects) {
 			return
 		}
 	}
-	d, ok, dead := s.m.getAt(cmd.NoAck, now, fx.Dead)
-	fx.Dead = dead
+	var d Delivery
+	var ok bool
+	if cmd.Type == CmdTake {
+		fx.Dead = s.m.expire(now, fx.Dead)
+		d, ok = s.m.takeReady(cmd.ID, cmd.NoAck)
+	} else {
+		d, ok, fx.Dead = s.m.getAt(cmd.NoAck, now, fx.Dead)
+	}
 	if ok {
 		if !cmd.NoAck && cmd.Owner != 0 {
 			if s.getOwner == nil {

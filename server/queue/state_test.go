@@ -25,6 +25,7 @@ func sampleCommands() []Command {
 		{Type: CmdCredit, Consumer: 7, Credit: 1 << 50},
 		{Type: CmdGet, NoAck: true, Owner: 3<<16 | 4, Producer: 11, Seq: 12},
 		{Type: CmdPurge, Producer: 11, Seq: 13},
+		{Type: CmdTake, Owner: 3<<16 | 4, Producer: 11, Seq: 14, ID: 1 << 45},
 		{Type: CmdTick},
 		{Type: CmdNodeReset, Node: 9, Except: true, Epochs: []uint16{1, 65535}},
 		{Type: CmdNodeReset, Node: 9},

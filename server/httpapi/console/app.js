@@ -86,7 +86,7 @@ function route() {
   const parts = (location.hash.replace(/^#\//, "") || "overview").split("/").map(decodeURIComponent);
   const name = views[parts[0]] ? parts[0] : "overview";
   document.querySelectorAll("#nav a").forEach(a => a.classList.toggle("active", a.dataset.view === name ||
-    (name === "queue" && a.dataset.view === "queues")));
+    (name === "queue" && a.dataset.view === "queues") || (name === "superstream" && a.dataset.view === "superstreams")));
   clearInterval(refreshTimer);
   setStatus("");
   const render = () => views[name](...parts.slice(1)).catch(e => setStatus(e.message));
@@ -104,14 +104,16 @@ function ensureLayout(key, html) {
 // --- overview ------------------------------------------------------------------------------
 
 async function renderOverview() {
-  const [ov, nodes] = await Promise.all([api("GET", "/overview"), api("GET", "/nodes")]);
+  const [ov, nodes, health] = await Promise.all([api("GET", "/overview"), api("GET", "/nodes"),
+    api("GET", "/health/checks/alarms").catch(e => ({ status: "failed", reason: e.message }))]);
   const fresh = ensureLayout("overview", `<h1>Overview</h1><div id="ov-cards" class="cards"></div>
     <h2>Message rates (per second)</h2><canvas id="rates" width="720" height="180"></canvas>
-    <div id="ov-rates"></div><h2>Nodes</h2><div id="ov-nodes"></div><h2>Listeners</h2><div id="ov-listeners"></div>`);
+    <div id="ov-rates"></div><h2>Nodes (cluster members)</h2><div id="ov-nodes"></div><h2>Listeners</h2><div id="ov-listeners"></div>`);
   const t = ov.object_totals, q = ov.queue_totals, ms = ov.message_stats || {};
   $("#ov-cards").innerHTML = [["Connections", t.connections], ["Channels", t.channels], ["Queues", t.queues],
     ["Exchanges", t.exchanges], ["Consumers", t.consumers], ["Messages", q.messages], ["Ready", q.messages_ready],
-    ["Unacked", q.messages_unacknowledged]].map(([k, v]) => `<div class="card" data-total="${esc(k.toLowerCase())}">${esc(k)}<b>${esc(v)}</b></div>`).join("");
+    ["Unacked", q.messages_unacknowledged], ["Cluster members", nodes.filter(n => n.running).length + " of " + nodes.length + " running"],
+    ["Alarms", health.status === "ok" ? "none" : (health.reason || "raised")]].map(([k, v]) => `<div class="card" data-total="${esc(k.toLowerCase())}">${esc(k)}<b>${esc(v)}</b></div>`).join("");
   for (const k of Object.keys(rateHistory)) {
     rateHistory[k].push(Number(rate(ms, k)));
     if (rateHistory[k].length > 60) rateHistory[k].shift();
@@ -130,20 +132,32 @@ async function renderOverview() {
     (ov.listeners || []).map(l => `<tr><td>${esc(l.protocol)}</td><td>${esc(l.ip_address)}</td><td class="num">${esc(l.port)}</td></tr>`));
 }
 
+// drawRates plots the rates sampled at each refresh (the last 60, 5 minutes): a line per rate, a
+// dot per sample, the scale on the left. The canvas's data-points says how many samples it shows.
 function drawRates(c) {
-  const g = c.getContext("2d"), w = c.width, h = c.height;
+  const g = c.getContext("2d"), w = c.width, h = c.height, left = 50, top0 = 20, bottom = h - 20;
   g.clearRect(0, 0, w, h);
   const all = [].concat(...Object.values(rateHistory));
   const top = Math.max(1, ...all);
-  const colours = { publish: "#1565c0", deliver_get: "#2e7d32", ack: "#ef6c00" };
-  let legend = 10;
-  for (const [k, pts] of Object.entries(rateHistory)) {
-    g.strokeStyle = colours[k]; g.lineWidth = 2; g.beginPath();
-    pts.forEach((v, i) => { const x = (i / 59) * (w - 20) + 10, y = h - 20 - (v / top) * (h - 40); i ? g.lineTo(x, y) : g.moveTo(x, y); });
-    g.stroke();
-    g.fillStyle = colours[k]; g.fillText(k, legend, 12); legend += 80;
+  const y = v => bottom - (v / top) * (bottom - top0);
+  const x = i => left + (i / 59) * (w - left - 10);
+  g.strokeStyle = "#e0e0e0"; g.fillStyle = "#555"; g.lineWidth = 1;
+  for (const v of [0, top / 2, top]) {
+    g.beginPath(); g.moveTo(left, y(v)); g.lineTo(w - 10, y(v)); g.stroke();
+    g.fillText(v.toFixed(v < 10 ? 1 : 0) + "/s", 5, y(v) + 4);
   }
-  g.fillStyle = "#555"; g.fillText("max " + top.toFixed(1) + "/s", w - 90, 12);
+  g.fillText("5 min ago", left, h - 5); g.fillText("now", w - 30, h - 5);
+  const colours = { publish: "#1565c0", deliver_get: "#2e7d32", ack: "#ef6c00" };
+  let legend = left;
+  for (const [k, pts] of Object.entries(rateHistory)) {
+    const off = 60 - pts.length; // the newest sample is at the right edge
+    g.strokeStyle = colours[k]; g.fillStyle = colours[k]; g.lineWidth = 2; g.beginPath();
+    pts.forEach((v, i) => { i ? g.lineTo(x(off + i), y(v)) : g.moveTo(x(off + i), y(v)); });
+    g.stroke();
+    pts.forEach((v, i) => { g.beginPath(); g.arc(x(off + i), y(v), 2.5, 0, 2 * Math.PI); g.fill(); });
+    g.fillText(k + " " + (pts.length ? pts[pts.length - 1].toFixed(1) : "0.0"), legend, 12); legend += 120;
+  }
+  c.dataset.points = String(Math.max(...Object.values(rateHistory).map(p => p.length)));
 }
 
 // --- queues --------------------------------------------------------------------------------
@@ -186,18 +200,20 @@ async function renderQueue(vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
   const [q, bindings, consumers] = await Promise.all([api("GET", path), api("GET", path + "/bindings"), api("GET", `/consumers/${enc(vhost)}`)]);
   if (ensureLayout("queue:" + vhost + "/" + name, `<h1>Queue <span id="q-name"></span></h1><div id="q-cards" class="cards" data-live></div>
-    <h2>Bindings</h2><div id="q-bindings"></div><h2>Consumers</h2><div id="q-consumers"></div>
+    <h2>Bindings</h2><div id="q-bindings"></div><h2>Consumers</h2><div id="q-consumer-list"></div>
     <h2>Publish a message</h2><form id="q-publish" class="inline">
       <label>Routing key <input name="routing_key" id="publish-key"></label>
       <label>Payload <input name="payload" id="publish-payload" size="40"></label>
       <label>Persistent <select name="persistent"><option>false</option><option>true</option></select></label>
       <button id="publish-submit">Publish</button></form>
-    <h2>Get messages</h2><form id="q-get" class="inline">
+    <div${q.type === "stream" ? " hidden" : ""}><h2>Get messages</h2><form id="q-get" class="inline">
       <label>Count <input name="count" id="get-count" value="1" size="4"></label>
       <label>Ack mode <select name="ackmode" id="get-ackmode"><option value="ack_requeue_true">Nack, requeue</option>
         <option value="ack_requeue_false">Ack (remove)</option><option value="reject_requeue_false">Reject (dead-letter)</option></select></label>
-      <button id="get-submit">Get</button></form><div id="get-results"></div>
-    <h2>Danger zone</h2><button id="q-purge" class="danger">Purge</button> <button id="q-delete" class="danger">Delete</button>`)) {
+      <button id="get-submit">Get</button></form><div id="get-results"></div></div>
+    ${queueToolsHTML(q)}${q.type === "stream" ? streamHTML() : ""}
+    <h2>Danger zone</h2><button id="q-purge" class="danger"${q.type === "stream" ? " hidden" : ""}>Purge</button> <button id="q-delete" class="danger">Delete</button>`)) {
+    wireQueueTools(vhost, name, q);
     $("#q-name").textContent = name + " (" + vhost + ")";
     $("#publish-key").value = name;
     $("#q-publish").addEventListener("submit", async ev => {
@@ -235,11 +251,14 @@ async function renderQueue(vhost, name) {
   const cards = [["Type", q.type], ["Messages", q.messages], ["Ready", q.messages_ready], ["Unacked", q.messages_unacknowledged],
     ["Consumers", q.consumers], ["Publish/s", rate(ms, "publish")], ["Deliver/get/s", rate(ms, "deliver_get")], ["Ack/s", rate(ms, "ack")],
     ["Published", ms.publish || 0], ["Policy", q.policy || "none"]];
-  if (q.type === "stream") cards.push(["First offset", q.first_offset], ["Last offset", q.last_offset], ["Segments", q.segments]);
+  if (q.type === "stream") {
+    cards.push(["First offset", q.first_offset], ["Last offset", q.last_offset], ["Segments", q.segments], ["Bytes", fmtBytes(q.message_bytes)]);
+    await renderStreamParts(vhost, name, bindings);
+  }
   $("#q-cards").innerHTML = cards.map(([k, v]) => `<div class="card" id="q-${esc(k.toLowerCase().replace(/[^a-z]/g, ""))}">${esc(k)}<b>${esc(v)}</b></div>`).join("");
   $("#q-bindings").innerHTML = table(["From", "Routing key", "Arguments"],
     bindings.map(b => `<tr><td>${esc(b.source || "(default)")}</td><td>${esc(b.routing_key)}</td><td>${esc(JSON.stringify(b.arguments))}</td></tr>`));
-  $("#q-consumers").innerHTML = table(["Tag", "Channel", "Ack required", "Prefetch"],
+  $("#q-consumer-list").innerHTML = table(["Tag", "Channel", "Ack required", "Prefetch"],
     consumers.filter(c => c.queue.name === name).map(c => `<tr><td>${esc(c.consumer_tag)}</td><td>${esc(c.channel_details.name)}</td>
       <td>${c.ack_required}</td><td class="num">${esc(c.prefetch_count)}</td></tr>`));
 }
@@ -270,7 +289,7 @@ async function renderExchanges() {
   }
   for (const id of ["#x-vhost", "#b-vhost"]) if (!$(id).options.length) $(id).innerHTML = vhosts.map(v => `<option>${esc(v.name)}</option>`).join("");
   $("#x-list").innerHTML = table(["Vhost", "Name", "Type", "Durable", "Auto-delete", "Internal", ""],
-    xs.map(x => `<tr><td>${esc(x.vhost)}</td><td>${esc(x.name || "(default)")}</td><td>${esc(x.type)}</td><td>${x.durable}</td><td>${x.auto_delete}</td>
+    xs.map(x => `<tr><td>${esc(x.vhost)}</td><td>${x.type === "x-super-stream" ? `<a href="#/superstream/${enc(x.vhost)}/${enc(x.name)}">${esc(x.name)}</a>` : esc(x.name || "(default)")}</td><td>${esc(x.type)}</td><td>${x.durable}</td><td>${x.auto_delete}</td>
       <td>${x.internal}</td><td>${x.name && !x.name.startsWith("amq.") ? `<button class="danger" data-del-x="${esc(x.name)}" data-vhost="${esc(x.vhost)}">Delete</button>` : ""}</td></tr>`));
   view().querySelectorAll("[data-del-x]").forEach(b => b.onclick = async () => {
     try { await api("DELETE", `/exchanges/${enc(b.dataset.vhost)}/${enc(b.dataset.delX)}`); renderExchanges(); } catch (e) { setStatus(e.message); }

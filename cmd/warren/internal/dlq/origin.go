@@ -3,7 +3,6 @@ package dlq
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -12,80 +11,48 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	wamqp "warren/amqp"
+	"warren/server/core"
 )
 
 // origin is where a dead-lettered message first died, read from its x-death history.
-type origin struct {
-	Reason   string   // why it first died: rejected, expired, maxlen, delivery_limit
-	Queue    string   // the queue it first died in
-	Exchange string   // the exchange it had been published to before that death
-	Keys     []string // the routing keys it had been published with (routing key, then CC)
-}
+type origin = core.DeathOrigin
 
 // errNoDeath says a message carries no usable x-death history.
-var errNoDeath = errors.New("no x-death header")
+var errNoDeath = core.ErrNoDeath
 
-// originOf reads a message's first death from its headers.
-//
-// RabbitMQ keeps x-death newest first, one entry per {queue, reason}, and names the first death
-// directly in x-first-death-queue, -reason and -exchange. The entry with that queue and reason gives
-// the routing keys; without the x-first-death-* headers (or without a matching entry) the last
-// element of x-death, the oldest death, is used.
+// originOf reads a message's first death from its headers with the broker's own rule
+// (core.FirstDeath, which the HTTP API's redrive uses too), on the client library's tables.
 func originOf(h amqp.Table) (origin, error) {
-	raw, ok := h["x-death"].([]any)
-	if !ok || len(raw) == 0 {
-		return origin{}, errNoDeath
-	}
-	deaths := make([]amqp.Table, 0, len(raw))
-	for _, d := range raw {
-		if t, ok := d.(amqp.Table); ok {
-			deaths = append(deaths, t)
-		}
-	}
-	if len(deaths) == 0 {
-		return origin{}, fmt.Errorf("x-death header holds no tables: %w", errNoDeath)
-	}
+	return core.FirstDeath(brokerTable(h))
+}
 
-	firstQueue, hasQueue := h["x-first-death-queue"].(string)
-	firstReason, hasReason := h["x-first-death-reason"].(string)
-	var entry amqp.Table
-	if hasQueue && hasReason {
-		for _, d := range deaths {
-			if q, _ := d["queue"].(string); q != firstQueue {
-				continue
-			}
-			if r, _ := d["reason"].(string); r == firstReason {
-				entry = d
-				break
-			}
+// brokerTable converts a client library table to the broker's, nested tables and arrays included
+// (the other values have the same Go types in both).
+func brokerTable(t amqp.Table) wamqp.Table {
+	if t == nil {
+		return nil
+	}
+	out := make(wamqp.Table, len(t))
+	for k, v := range t {
+		out[k] = brokerValue(v)
+	}
+	return out
+}
+
+func brokerValue(v any) any {
+	switch x := v.(type) {
+	case amqp.Table:
+		return brokerTable(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = brokerValue(e)
 		}
+		return out
 	}
-	o := origin{}
-	if entry != nil {
-		o.Queue, o.Reason = firstQueue, firstReason
-		o.Exchange, ok = h["x-first-death-exchange"].(string)
-		if !ok {
-			o.Exchange, _ = entry["exchange"].(string)
-		}
-	} else {
-		entry = deaths[len(deaths)-1]
-		o.Queue, _ = entry["queue"].(string)
-		o.Reason, _ = entry["reason"].(string)
-		o.Exchange, _ = entry["exchange"].(string)
-	}
-	keys, _ := entry["routing-keys"].([]any)
-	for _, k := range keys {
-		switch v := k.(type) {
-		case string:
-			o.Keys = append(o.Keys, v)
-		case []byte:
-			o.Keys = append(o.Keys, string(v))
-		}
-	}
-	if len(o.Keys) == 0 {
-		return o, fmt.Errorf("x-death entry for queue %q has no routing-keys", o.Queue)
-	}
-	return o, nil
+	return v
 }
 
 // target is where a message is republished to.
@@ -123,12 +90,9 @@ func (t target) String() string {
 func republishing(d *amqp.Delivery, t target) amqp.Publishing {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		headers[k] = v
-	}
-	delete(headers, "BCC")
-	delete(headers, "CC")
-	for _, k := range []string{"x-delivery-count", "x-acquired-count"} {
-		delete(headers, k)
+		if !core.RedriveDropsHeader(k) {
+			headers[k] = v
+		}
 	}
 	if len(t.CC) > 0 {
 		cc := make([]any, len(t.CC))
