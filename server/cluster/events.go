@@ -53,6 +53,7 @@ func (n *Node) eventLoop() {
 			case raft.RaftState:
 				g.leadership(d == raft.Leader)
 			case raft.LeaderObservation:
+				g.leaderObserved(string(d.LeaderID))
 				g.kickRetries()
 			}
 		case <-n.evStop:
