@@ -40,7 +40,7 @@ type Endpoints struct {
 type endpointRegistry struct {
 	mu     sync.Mutex
 	self   Endpoints
-	served map[net.Conn]struct{}   // connections of peers watching this node's endpoints
+	served map[net.Conn]struct{}    // connections of peers watching this node's endpoints
 	peers  map[string]*peerEndpoint // by node id
 	closed bool
 }
