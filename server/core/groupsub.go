@@ -44,6 +44,7 @@ type subMember struct {
 	sub  GroupSubscriber
 
 	mu        sync.Mutex
+	joined    bool // the group had it as a member (a state before its join does not end it)
 	left      bool
 	activeGen uint64 // 1 + the slot's Gen it is active for; 0: not active
 	stepping  uint64 // 1 + the Gen whose step-down is being answered
@@ -122,6 +123,10 @@ func (m *subMember) sync(g *groupState) {
 	var activate, deactivate, release bool
 	var start int64 = -1
 	m.mu.Lock()
+	if member {
+		m.joined = true
+	}
+	ended := m.joined && !member && !mine
 	switch {
 	case mine && s.Target == 0 && member && !m.left:
 		if m.activeGen != gen {
@@ -152,7 +157,7 @@ func (m *subMember) sync(g *groupState) {
 	case release && !left:
 		m.release(s.Gen)
 	}
-	if !member && !mine {
+	if ended {
 		m.b.groups.mu.Lock()
 		if m.b.groups.local[m.id] == groupLocal(m) {
 			delete(m.b.groups.local, m.id)
