@@ -12,9 +12,10 @@
 // is handled inline on it), a writer (outbound.run) and a heartbeat timer; per subscription one
 // reader of the log (subscription.run). Server.Shutdown waits for all of them.
 //
-// Lock order: conn.mu -> sacGroups.mu -> outbound.mu; subscription.mu -> outbound.mu;
+// Lock order: conn.mu, sacMember.mu and subscription.mu are leaves except for outbound.mu;
 // publisher confirm callbacks take only outbound.mu. Server.mu is a leaf. No lock is held while
-// the core or a stream is called, except sacGroups.mu around nothing but its own map.
+// the core or a stream is called; the core calls a single active consumer's sacMember with no
+// core lock held.
 package streamproto
 
 import (
