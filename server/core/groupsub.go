@@ -105,6 +105,13 @@ func (gm *GroupMembership) Leave() {
 	}
 	m.left = true
 	m.mu.Unlock()
+	// Leaving frees the slot in the same command: nothing is left for this node to do (and the
+	// group may be gone with its stream).
+	m.b.groups.mu.Lock()
+	if m.b.groups.local[m.id] == groupLocal(m) {
+		delete(m.b.groups.local, m.id)
+	}
+	m.b.groups.mu.Unlock()
 	m.b.proposeGroupLater(&groupCmd{Op: "leave", Key: m.key, Member: groupMember{ID: m.id}, Free: true}, "leave")
 }
 
@@ -130,7 +137,7 @@ func (m *subMember) sync(g *groupState) {
 	switch {
 	case mine && s.Target == 0 && member && !m.left:
 		if m.activeGen != gen {
-			m.activeGen, activate = gen, true
+			m.activeGen, m.stepping, activate = gen, 0, true
 			start = m.suggestedStart(g, s)
 		}
 	case mine:

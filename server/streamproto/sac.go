@@ -86,6 +86,12 @@ func (m *sacMember) later(f func()) {
 func (m *sacMember) Activate(start int64) {
 	m.mu.Lock()
 	m.start = start
+	// A step-down still waiting for its answer is moot: the partition stays.
+	m.stepDone = nil
+	if m.stepTimer != nil {
+		m.stepTimer.Stop()
+		m.stepTimer = nil
+	}
 	m.mu.Unlock()
 	m.want.Store(true)
 	s := m.sub
