@@ -105,6 +105,10 @@ func (m *sacMember) Deactivate(done func()) {
 	s.active.Store(false)
 	s.wake()
 	m.mu.Lock()
+	if m.gm == nil && m.responded {
+		m.mu.Unlock()
+		return // left already: leaving freed the partition
+	}
 	prev := m.stepDone
 	if m.stepTimer != nil {
 		m.stepTimer.Stop()
