@@ -270,6 +270,26 @@ func TestClusterMetadataNamesLeaderAndReplicas(t *testing.T) {
 			t.Fatalf("via %s: missing stream entry %+v", tc.nodes[via].id, miss)
 		}
 	}
+	// A replica's node restarts on another stream port: the other nodes learn the new one.
+	ri := (li + 1) % 3
+	asker := (li + 2) % 3
+	tc.stop(ri)
+	tc.nodes[ri].streamPort = freeTCPPort(t)
+	if err := tc.start(ri); err != nil {
+		t.Fatalf("restart %s: %v", tc.nodes[ri].id, err)
+	}
+	rc := dialRaw(t, tc.broker(asker))
+	_ = rc.nc.SetDeadline(time.Now().Add(2 * clusterWait))
+	rc.open(0)
+	pollUntil(t, "metadata names the restarted node's new port", clusterWait, func() bool {
+		r := readMetadata(t, rc, 11, name)
+		for _, ref := range r.Streams[0].Replicas {
+			if endpointOf(r, ref) == want(ri) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // connCounts returns the number of client connections of each node.
