@@ -36,6 +36,7 @@ type clusterNode struct {
 	peers       string // the --cluster-peers value
 	join        bool   // start with --cluster-join
 	HTTPAddr    string // host:port of the HTTP API, if the test set one before launch
+	StreamAddr  string // host:port of the stream-protocol listener, if the test set one before launch
 	b           *broker
 	lives       int
 	history     []string // tails of the logs of earlier processes, for failure reports
@@ -152,7 +153,7 @@ func (nd *clusterNode) args() []string {
 		"--amqp-listen", nd.AMQPAddr,
 		"--http-listen", nd.HTTPAddr,
 		"--prometheus-listen", "",
-		"--stream-listen", "",
+		"--stream-listen", nd.StreamAddr,
 		"--data-dir", nd.dir,
 		"--node-id", nd.ID,
 		"--cluster-listen", nd.ClusterAddr,

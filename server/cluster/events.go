@@ -27,6 +27,9 @@ func (n *Node) watch(g *Group) {
 	g.raft.RegisterObserver(n.observer)
 	// A change before the registration went unseen: report the state now (a no-op if unchanged).
 	g.leadership(g.raft.State() == raft.Leader)
+	if _, id := g.raft.LeaderWithID(); id != "" {
+		g.leaderObserved(string(id))
+	}
 }
 
 // unwatch deregisters g's raft (after its shutdown).
@@ -53,6 +56,7 @@ func (n *Node) eventLoop() {
 			case raft.RaftState:
 				g.leadership(d == raft.Leader)
 			case raft.LeaderObservation:
+				g.leaderObserved(string(d.LeaderID))
 				g.kickRetries()
 			}
 		case <-n.evStop:

@@ -42,6 +42,11 @@ type GroupConfig struct {
 	// OnLeader, if set, is called on every leadership change of THIS node for this group, in order, from a
 	// cluster goroutine that also runs the group's proposal callbacks (keep it short).
 	OnLeader func(isLeader bool)
+	// OnLeaderChange, if set, is called with the group's leader as this node learns it (a node id,
+	// "" while it knows none), in order, from the same goroutine as OnLeader (keep it short). Every
+	// member observes it, followers and non-voters too: the stream protocol tells its clients when
+	// a stream's leader moved.
+	OnLeaderChange func(leader string)
 }
 
 // Result is the outcome of a committed proposal: its log index and the []byte the FSM returned (nil if none).
@@ -830,6 +835,16 @@ func (g *Group) leadership(leader bool) {
 	}
 	g.emu.Unlock()
 	g.kickRetries()
+}
+
+// leaderObserved is told of a leader change the node's observer saw for the group.
+func (g *Group) leaderObserved(leader string) {
+	if g.cfg.OnLeaderChange == nil {
+		return
+	}
+	g.emu.Lock()
+	g.runDone(doneItem{fn: func() { g.cfg.OnLeaderChange(leader) }})
+	g.emu.Unlock()
 }
 
 // closeDrainMax bounds how long Close waits for issued proposals to be answered.

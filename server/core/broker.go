@@ -85,6 +85,8 @@ type Broker struct {
 	writerID       string   // this boot's writer id in stream deduplication tables
 	streams        sync.Map // stream queue id -> StreamQueue, for the stream service
 	groups         groups   // consumer groups (groups.go)
+	endpoints      endpointRegistry
+	streamWatch    streamWatchers
 	nextConsumerID atomic.Uint64
 
 	stats   *stats.Registry // counters of channels, queues and churn
@@ -113,7 +115,7 @@ func New(opts Options) (*Broker, error) {
 		stats:   stats.NewRegistry(),
 	}
 	b.groups.byKey = make(map[groupKey]*groupState)
-	b.groups.local = make(map[uint64]*localMember)
+	b.groups.local = make(map[uint64]groupLocal)
 	for _, t := range opts.Types {
 		b.types[t.Kind()] = t
 	}
@@ -152,6 +154,7 @@ func (b *Broker) Close() {
 	}
 	close(b.quit)
 	b.closeGroups()
+	b.closeEndpoints()
 	b.wg.Wait()
 	b.sampler.Stop()
 	if a := b.alarms.Load(); a != nil {

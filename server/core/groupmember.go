@@ -167,7 +167,7 @@ func (h *groupHandle) partition(i int) (queue.GroupPartition, bool) {
 func (h *groupHandle) Cancel(id queue.ConsumerID) bool {
 	b := h.v.b
 	b.groups.mu.Lock()
-	m := b.groups.local[uint64(id)]
+	m, _ := b.groups.local[uint64(id)].(*localMember)
 	b.groups.mu.Unlock()
 	if m == nil {
 		return false
@@ -286,7 +286,7 @@ func (m *localMember) sync(g *groupState) {
 	}
 	if !member && !holds {
 		m.b.groups.mu.Lock()
-		if m.b.groups.local[m.id] == m {
+		if m.b.groups.local[m.id] == groupLocal(m) {
 			delete(m.b.groups.local, m.id)
 		}
 		m.b.groups.mu.Unlock()
@@ -384,20 +384,27 @@ func (m *localMember) proposeRelease(slot int, gen uint64, committed int64) {
 func (b *Broker) closeGroups() {
 	b.groups.mu.Lock()
 	b.groups.closed = true
-	ms := make([]*localMember, 0, len(b.groups.local))
+	ms := make([]groupLocal, 0, len(b.groups.local))
 	for _, m := range b.groups.local {
 		ms = append(ms, m)
 	}
 	clear(b.groups.local)
 	b.groups.mu.Unlock()
 	for _, m := range ms {
-		m.mu.Lock()
-		rs := slices.Collect(mapValues(m.readers))
-		clear(m.readers)
-		m.mu.Unlock()
-		for _, r := range rs {
-			r.r.Stop()
-		}
+		m.close()
+	}
+}
+
+func (m *localMember) groupKey() groupKey { return m.key }
+
+// close stops the member's readers.
+func (m *localMember) close() {
+	m.mu.Lock()
+	rs := slices.Collect(mapValues(m.readers))
+	clear(m.readers)
+	m.mu.Unlock()
+	for _, r := range rs {
+		r.r.Stop()
 	}
 }
 

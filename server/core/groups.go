@@ -48,7 +48,13 @@ type groupMember struct {
 	Node string
 	Tag  string // consumer tag
 	Seq  uint64 // join order
+	// Only is 1 + the one slot the member may hold, 0 when it may hold any: a stream-protocol
+	// subscription reads one partition, an AMQP 0-9-1 consumer all of them.
+	Only int
 }
+
+// eligible reports whether the member may hold slot i.
+func (m groupMember) eligible(i int) bool { return m.Only == 0 || m.Only == i+1 }
 
 // groupSlot is a partition's assignment.
 type groupSlot struct {
@@ -112,6 +118,10 @@ func (g *groupState) rebalance() {
 	if n == 0 {
 		return // owners keep what they hold until they release it
 	}
+	if g.onlyRestricted() {
+		g.rebalanceRoundRobin()
+		return
+	}
 	count := make(map[uint64]int, n)
 	for i := range g.Slots {
 		if e := g.effective(i, isMember); e != 0 {
@@ -146,7 +156,7 @@ func (g *groupState) rebalance() {
 	for _, i := range free {
 		var pick uint64
 		for _, m := range g.Members {
-			if kept[m.ID] >= quota[m.ID] {
+			if kept[m.ID] >= quota[m.ID] || !m.eligible(i) {
 				continue
 			}
 			if pick == 0 || kept[m.ID] < kept[pick] {
@@ -154,19 +164,69 @@ func (g *groupState) rebalance() {
 			}
 		}
 		if pick == 0 {
-			continue
+			// Nobody eligible has room (members restricted to one partition took quotas they
+			// cannot use): the slot stays with its holder, or goes to the least loaded member
+			// that may hold it.
+			if e := g.effective(i, isMember); e != 0 {
+				kept[e]++
+				continue
+			}
+			for _, m := range g.Members {
+				if m.eligible(i) && (pick == 0 || kept[m.ID] < kept[pick]) {
+					pick = m.ID
+				}
+			}
+			if pick == 0 {
+				continue
+			}
 		}
 		kept[pick]++
-		s := &g.Slots[i]
-		switch {
-		case s.Owner == pick:
-			s.Target = 0
-		case s.Owner == 0:
-			s.setOwner(pick)
-			s.Target = 0
-		default:
-			s.Target = pick
+		g.assign(i, pick)
+	}
+}
+
+// assign makes member id the holder of slot i: at once when nobody holds it, else once the
+// owner released it.
+func (g *groupState) assign(i int, id uint64) {
+	s := &g.Slots[i]
+	switch {
+	case s.Owner == id:
+		s.Target = 0
+	case s.Owner == 0:
+		s.setOwner(id)
+		s.Target = 0
+	default:
+		s.Target = id
+	}
+}
+
+// onlyRestricted reports whether every member may hold one slot only (stream-protocol
+// subscriptions alone).
+func (g *groupState) onlyRestricted() bool {
+	for _, m := range g.Members {
+		if m.Only == 0 {
+			return false
 		}
+	}
+	return true
+}
+
+// rebalanceRoundRobin is RabbitMQ's single-active-consumer rule, used while the group has only
+// stream-protocol members (each subscribed to one partition): slot i goes to member i mod n of
+// the n members subscribed to it, in join order. Clients that subscribe one consumer to every
+// partition in the same order so spread the partitions over their consumers, as on RabbitMQ.
+func (g *groupState) rebalanceRoundRobin() {
+	for i := range g.Slots {
+		var cands []uint64
+		for _, m := range g.Members {
+			if m.eligible(i) {
+				cands = append(cands, m.ID)
+			}
+		}
+		if len(cands) == 0 {
+			continue
+		}
+		g.assign(i, cands[i%len(cands)])
 	}
 }
 
@@ -178,7 +238,7 @@ func (g *groupState) encode() []byte {
 	}
 	members := make([]any, len(g.Members))
 	for i, m := range g.Members {
-		members[i] = amqp.Table{"id": int64(m.ID), "node": m.Node, "tag": m.Tag, "seq": int64(m.Seq)}
+		members[i] = amqp.Table{"id": int64(m.ID), "node": m.Node, "tag": m.Tag, "seq": int64(m.Seq), "only": int64(m.Only)}
 	}
 	slots := make([]any, len(g.Slots))
 	for i, s := range g.Slots {
@@ -201,7 +261,8 @@ func decodeGroup(b []byte) (*groupState, error) {
 		mt, _ := x.(amqp.Table)
 		id, _ := amqp.AsInt64(mt["id"])
 		seq, _ := amqp.AsInt64(mt["seq"])
-		g.Members = append(g.Members, groupMember{ID: uint64(id), Node: str(mt, "node"), Tag: str(mt, "tag"), Seq: uint64(seq)})
+		only, _ := amqp.AsInt64(mt["only"])
+		g.Members = append(g.Members, groupMember{ID: uint64(id), Node: str(mt, "node"), Tag: str(mt, "tag"), Seq: uint64(seq), Only: int(only)})
 	}
 	ss, _ := t["slots"].([]any)
 	for _, x := range ss {
@@ -225,7 +286,7 @@ func decodeGroup(b []byte) (*groupState, error) {
 type groups struct {
 	mu     sync.Mutex
 	byKey  map[groupKey]*groupState
-	local  map[uint64]*localMember // members consuming through this node, by consumer id
+	local  map[uint64]groupLocal // members consuming through this node, by consumer id
 	closed bool
 }
 
@@ -241,6 +302,17 @@ type groupCmd struct {
 	NodeTag    uint16
 	KeepEpoch  int64 // node: members of this boot stay (-1: none)
 	Starts     []int64
+	Free       bool // leave: the member's slots are free at once (it has nothing to settle)
+}
+
+// groupLocal is a member consuming through this node: an AMQP 0-9-1 consumer (localMember) or a
+// stream-protocol subscription (subMember).
+type groupLocal interface {
+	groupKey() groupKey
+	// sync brings the member in line with its group's new state (never with groups.mu held).
+	sync(g *groupState)
+	// close stops the member's readers (broker shutdown).
+	close()
 }
 
 func (c *groupCmd) encode() []byte {
@@ -253,7 +325,7 @@ func (c *groupCmd) encode() []byte {
 		starts[i] = s
 	}
 	return encodeRecord(amqp.Table{"op": c.Op, "vhost": c.Key.vhost, "stream": c.Key.stream, "group": c.Key.group,
-		"partitions": parts, "member": amqp.Table{"id": int64(c.Member.ID), "node": c.Member.Node, "tag": c.Member.Tag},
+		"partitions": parts, "member": amqp.Table{"id": int64(c.Member.ID), "node": c.Member.Node, "tag": c.Member.Tag, "only": int64(c.Member.Only)}, "free": c.Free,
 		"slot": int64(c.Slot), "gen": int64(c.Gen), "committed": c.Committed, "node_tag": int64(c.NodeTag), "keep_epoch": c.KeepEpoch, "starts": starts})
 }
 
@@ -265,7 +337,9 @@ func decodeGroupCmd(b []byte) (*groupCmd, error) {
 	c := &groupCmd{Op: str(t, "op"), Key: groupKey{str(t, "vhost"), str(t, "stream"), str(t, "group")}, Partitions: stringList(t["partitions"])}
 	mt := table(t, "member")
 	id, _ := amqp.AsInt64(mt["id"])
-	c.Member = groupMember{ID: uint64(id), Node: str(mt, "node"), Tag: str(mt, "tag")}
+	only, _ := amqp.AsInt64(mt["only"])
+	c.Member = groupMember{ID: uint64(id), Node: str(mt, "node"), Tag: str(mt, "tag"), Only: int(only)}
+	c.Free = boolean(t, "free")
 	slot, _ := amqp.AsInt64(t["slot"])
 	c.Slot = int(slot)
 	gen, _ := amqp.AsInt64(t["gen"])
@@ -320,7 +394,7 @@ func (b *Broker) applyGroup(data []byte, batch *storage.Batch) {
 	for _, g := range changed {
 		batch.Set(g.key.recordKey(), g.encode())
 	}
-	local := make([]*localMember, 0, len(gs.local))
+	local := make([]groupLocal, 0, len(gs.local))
 	for _, m := range gs.local {
 		local = append(local, m)
 	}
@@ -330,7 +404,7 @@ func (b *Broker) applyGroup(data []byte, batch *storage.Batch) {
 	}
 	gs.mu.Unlock()
 	for _, m := range local {
-		if g := snap[m.key]; g != nil {
+		if g := snap[m.groupKey()]; g != nil {
 			m.sync(g)
 		}
 	}
@@ -358,6 +432,14 @@ func (g *groupState) apply(c *groupCmd) bool {
 			return false
 		}
 		g.Members = slices.Delete(g.Members, i, i+1)
+		if c.Free {
+			for j := range g.Slots {
+				if s := &g.Slots[j]; s.Owner == c.Member.ID {
+					s.setOwner(s.Target)
+					s.Target = 0
+				}
+			}
+		}
 	case "release":
 		if c.Slot < 0 || c.Slot >= len(g.Slots) || g.Slots[c.Slot].Owner != c.Member.ID || g.Slots[c.Slot].Gen != c.Gen {
 			return false
@@ -542,13 +624,13 @@ func (b *Broker) restoreGroups(have, want map[string][]byte, batch *storage.Batc
 		b.groups.byKey[g.key] = g
 		batch.Set([]byte(k), val)
 	}
-	local := make([]*localMember, 0, len(b.groups.local))
+	local := make([]groupLocal, 0, len(b.groups.local))
 	for _, m := range b.groups.local {
 		local = append(local, m)
 	}
 	b.groups.mu.Unlock()
 	for _, m := range local {
-		if g := b.groupState(m.key); g != nil {
+		if g := b.groupState(m.groupKey()); g != nil {
 			m.sync(g)
 		}
 	}

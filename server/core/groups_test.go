@@ -154,3 +154,53 @@ func TestGroupRecordRoundTrip(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", g2, g)
 	}
 }
+
+// TestRebalanceRestrictedMembers: members that may hold one slot only (stream-protocol
+// subscriptions) get only that slot; a group of them alone follows RabbitMQ's rule (slot i to
+// its subscriber i mod n, in join order); mixed with members that may hold any slot, every slot
+// still has exactly one eligible owner.
+func TestRebalanceRestrictedMembers(t *testing.T) {
+	cases := []struct {
+		name    string
+		members []groupMember // joined in this order
+		slots   int
+		want    map[int]uint64 // slot -> owner after settling
+	}{
+		{"one slot, oldest first", []groupMember{{ID: 1, Only: 1}, {ID: 2, Only: 1}}, 1, map[int]uint64{0: 1}},
+		{"two consumers over two partitions", []groupMember{{ID: 1, Only: 1}, {ID: 2, Only: 2}, {ID: 3, Only: 1}, {ID: 4, Only: 2}}, 2,
+			map[int]uint64{0: 1, 1: 4}},
+		{"three partitions, two consumers", []groupMember{{ID: 1, Only: 1}, {ID: 2, Only: 2}, {ID: 3, Only: 3},
+			{ID: 4, Only: 1}, {ID: 5, Only: 2}, {ID: 6, Only: 3}}, 3, map[int]uint64{0: 1, 1: 5, 2: 3}},
+		{"AMQP member first keeps its slot", []groupMember{{ID: 1}, {ID: 2, Only: 1}}, 1, map[int]uint64{0: 1}},
+		{"stream member first keeps its slot", []groupMember{{ID: 2, Only: 1}, {ID: 1}}, 1, map[int]uint64{0: 2}},
+		{"restricted members only get their slot", []groupMember{{ID: 1}, {ID: 2, Only: 2}, {ID: 3, Only: 2}}, 2,
+			map[int]uint64{0: 1, 1: 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGroup(tc.slots)
+			for _, m := range tc.members {
+				g.apply(&groupCmd{Op: "join", Member: m})
+				settle(g)
+			}
+			for i, s := range g.Slots {
+				if want, ok := tc.want[i]; ok && s.Owner != want {
+					t.Fatalf("slot %d owned by %d, want %d (slots %+v)", i, s.Owner, want, g.Slots)
+				}
+				m, ok := g.member(s.Owner)
+				if !ok || !m.eligible(i) {
+					t.Fatalf("slot %d owned by %d, not an eligible member", i, s.Owner)
+				}
+			}
+			// Leaving with Free hands the slot over at once.
+			first := tc.members[0]
+			g.apply(&groupCmd{Op: "leave", Member: groupMember{ID: first.ID}, Free: true})
+			settle(g)
+			for i, s := range g.Slots {
+				if s.Owner == first.ID {
+					t.Fatalf("slot %d still owned by the member that left", i)
+				}
+			}
+		})
+	}
+}

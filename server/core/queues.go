@@ -401,6 +401,9 @@ func (v *VHost) removeQueue(q *Queue, batch *storage.Batch) (int, exchange.Remov
 	if q.kind == "stream" && batch != nil {
 		v.b.dropGroupsOf(v.name, q.name, batch)
 	}
+	if q.kind == "stream" {
+		v.b.streamEvent(StreamEvent{VHost: v.name, Stream: q.name, Deleted: true})
+	}
 	v.b.stats.Release(q.counters)
 	v.b.stats.Inc(stats.QueuesDeleted)
 	if q.group != nil {

@@ -57,6 +57,7 @@ func (b *Broker) startStreams() {
 	// The NUL keeps internal writers apart from publisher ids in the stream's tracking table.
 	b.writerID = internalWriterPrefix + b.node.ID() + "-" + hex.EncodeToString(id[:])
 	b.node.HandleService(svcStream, b.serveStream)
+	b.node.HandleService(svcEndpoints, b.serveEndpoints)
 }
 
 // serveStream reads a stream connection's header and hands it to the stream's replica.
@@ -95,8 +96,10 @@ func (b *Broker) openStreamReplica(q *Queue, cfg queue.OpenConfig) error {
 	}
 	r := sq.Replica()
 	b.streams.Store(q.id, sq)
-	g, err := b.node.StartGroup(clusterGroupConfig(q.id, fmt.Sprintf("stream '%s' in vhost '%s'", q.name, q.vhost.name),
-		&streamFSM{r: r}, q.voters, q.nonvoters, true, r.LeaderChanged))
+	gc := clusterGroupConfig(q.id, fmt.Sprintf("stream '%s' in vhost '%s'", q.name, q.vhost.name),
+		&streamFSM{r: r}, q.voters, q.nonvoters, true, r.LeaderChanged)
+	gc.OnLeaderChange = b.streamLeaderTracker(q.vhost.name, q.name)
+	g, err := b.node.StartGroup(gc)
 	if err != nil {
 		b.streams.Delete(q.id)
 		impl.Close()

@@ -75,7 +75,7 @@ type conn struct {
 	mu         sync.Mutex // publishers and subscriptions (the reader changes them; others read)
 	publishers map[uint8]*publisher
 	subs       map[uint8]*subscription
-	updates    map[uint32]*subscription // consumer updates sent, by correlation id
+	updates    map[uint32]pendingUpdate // consumer updates sent, by correlation id
 	nextCorr   uint32
 
 	closing   atomic.Bool
@@ -415,7 +415,7 @@ func (c *conn) open(frame []byte) bool {
 		return refuse("no permissions")
 	}
 	c.vhost, c.grant = v, grant
-	host, port := c.s.advertised(c.nc.LocalAddr())
+	host, port := c.s.advertised(c.tc != nil)
 	c.write(&wire.OpenResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK, Properties: []wire.Property{
 		{Key: "advertised_host", Value: host}, {Key: "advertised_port", Value: itoa(port)},
 	}})

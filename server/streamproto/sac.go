@@ -1,146 +1,156 @@
 package streamproto
 
 import (
-	"slices"
+	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"warren/server/streamproto/wire"
 )
 
 // Single active consumer, as RabbitMQ's stream protocol has it: subscriptions with
 // single-active-consumer=true and the same name on the same stream form a group in which one
-// delivers. On a plain stream that is the oldest member; on a partition of a super stream
-// (super-stream=S) it is member i mod n, i being the partition's index in S, so a super stream's
-// partitions spread over the group. A member that becomes active is told with consumer_update
-// (active) and starts from the offset its answer names (none: where it subscribed); one that
-// steps down is told with consumer_update (inactive) and stops at once.
+// delivers; with super-stream=S on a partition of S, the group is S's and the subscription holds
+// at most its partition. The group is the core's consumer group (server/core/groupsub.go): one
+// across the cluster and shared with AMQP 0-9-1's x-stream-consumer-group of the same name, so
+// the active member may be on another node or an AMQP consumer.
 //
-// Groups are kept per node: members connected to different nodes of a cluster form different
-// groups (docs/differences.md).
+// A member that becomes active is told with consumer_update (active) and starts from the offset
+// its answer names (none: the offset the group suggests, else where it subscribed); one that
+// must step down is told with consumer_update (inactive), stops at once, and its partition moves
+// once its client answered (or after stepDownWait).
 
-type sacKey struct{ vhost, stream, name string }
-
-type sacGroup struct {
-	members   []*sacMember
-	active    *sacMember
-	partition int // index of the stream in its super stream; -1 for a plain stream
-}
+// stepDownWait bounds how long a stepping-down member's answer is waited for.
+const stepDownWait = 10 * time.Second
 
 // sacMember is a subscription's membership.
 type sacMember struct {
 	sub         *subscription
 	superStream string
 	want        atomic.Bool // the group made it the active one
+
+	mu        sync.Mutex
+	gm        groupLeaver
+	responded bool     // the subscribe response went out: consumer updates may follow
+	pending   []func() // updates held until then
+	start     int64    // the group's suggested start of the current activation (-1: none)
+	stepDone  func()   // tells the group the step-down was answered (nil: none pending)
+	stepTimer *time.Timer
 }
 
-// sacGroups is the node's groups. Its lock is a leaf: consumer updates are sent after it is
-// released.
-type sacGroups struct {
-	mu     sync.Mutex
-	groups map[sacKey]*sacGroup
-}
+// groupLeaver is the core's membership (core.GroupMembership).
+type groupLeaver interface{ Leave() }
 
-func (g *sacGroups) init() { g.groups = make(map[sacKey]*sacGroup) }
-
-type sacChange struct {
-	m      *sacMember
-	active bool
-}
-
-func keyOf(s *subscription) sacKey {
-	vh := ""
-	if v := s.c.vhostName.Load(); v != nil {
-		vh = *v
+// joinGroup joins the subscription's group; it returns once the join is applied on this node.
+func (c *conn) joinGroup(s *subscription) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	tag := c.name + " #" + itoa(int(s.id))
+	gm, err := c.vhost.JoinGroup(ctx, s.stream, s.sac.superStream, s.name, tag, s.sac)
+	if err != nil {
+		c.log.Warn("single active consumer cannot join its group", "stream", s.stream, "name", s.name, "err", err.Text)
+		return false
 	}
-	return sacKey{vhost: vh, stream: s.stream, name: s.name}
+	s.sac.mu.Lock()
+	s.sac.gm = gm
+	s.sac.mu.Unlock()
+	return true
 }
 
-// join adds a subscription to its group.
-func (g *sacGroups) join(s *subscription) {
-	partition := -1
-	if s.sac.superStream != "" {
-		if parts, ok := s.c.vhost.SuperStreamPartitions(s.sac.superStream); ok {
-			partition = slices.Index(parts, s.stream)
-		}
+// responded lets held consumer updates go out, after the subscribe response.
+func (m *sacMember) respondedOK() {
+	m.mu.Lock()
+	m.responded = true
+	pending := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for _, f := range pending {
+		f()
 	}
-	k := keyOf(s)
-	g.mu.Lock()
-	grp := g.groups[k]
-	if grp == nil {
-		grp = &sacGroup{partition: partition}
-		g.groups[k] = grp
-	}
-	grp.members = append(grp.members, s.sac)
-	changes := grp.rebalance()
-	g.mu.Unlock()
-	apply(changes)
 }
 
-// leave removes a subscription from its group.
-func (g *sacGroups) leave(s *subscription) {
-	k := keyOf(s)
-	g.mu.Lock()
-	grp := g.groups[k]
-	if grp == nil {
-		g.mu.Unlock()
+// later runs f now, or after the subscribe response if it has not gone out yet.
+func (m *sacMember) later(f func()) {
+	m.mu.Lock()
+	if !m.responded {
+		m.pending = append(m.pending, f)
+		m.mu.Unlock()
 		return
 	}
-	i := slices.Index(grp.members, s.sac)
-	if i < 0 {
-		g.mu.Unlock()
-		return
-	}
-	grp.members = slices.Delete(grp.members, i, i+1)
-	if grp.active == s.sac {
-		grp.active = nil
-		s.sac.want.Store(false)
-	}
-	var changes []sacChange
-	if len(grp.members) == 0 {
-		delete(g.groups, k)
-	} else {
-		changes = grp.rebalance()
-	}
-	g.mu.Unlock()
-	apply(changes)
+	m.mu.Unlock()
+	f()
 }
 
-// rebalance picks the member that should be active (group lock held) and returns the updates
-// to send.
-func (grp *sacGroup) rebalance() []sacChange {
-	var want *sacMember
-	if n := len(grp.members); n > 0 {
-		i := 0
-		if grp.partition >= 0 {
-			i = grp.partition % n
-		}
-		want = grp.members[i]
+// Activate implements core.GroupSubscriber.
+func (m *sacMember) Activate(start int64) {
+	m.mu.Lock()
+	m.start = start
+	// A step-down still waiting for its answer is moot: the partition stays.
+	m.stepDone = nil
+	if m.stepTimer != nil {
+		m.stepTimer.Stop()
+		m.stepTimer = nil
 	}
-	if want == grp.active {
-		return nil
-	}
-	var out []sacChange
-	if grp.active != nil {
-		grp.active.want.Store(false)
-		out = append(out, sacChange{m: grp.active, active: false})
-	}
-	grp.active = want
-	if want != nil {
-		want.want.Store(true)
-		out = append(out, sacChange{m: want, active: true})
-	}
-	return out
+	m.mu.Unlock()
+	m.want.Store(true)
+	s := m.sub
+	m.later(func() { s.c.sendConsumerUpdate(s, true) })
 }
 
-func apply(changes []sacChange) {
-	for _, ch := range changes {
-		s := ch.m.sub
-		if !ch.active {
-			s.active.Store(false)
-			s.wake()
-		}
-		s.c.sendConsumerUpdate(s, ch.active)
+// Deactivate implements core.GroupSubscriber.
+func (m *sacMember) Deactivate(done func()) {
+	s := m.sub
+	m.want.Store(false)
+	s.active.Store(false)
+	s.wake()
+	m.mu.Lock()
+	if m.gm == nil && m.responded {
+		m.mu.Unlock()
+		return // left already: leaving freed the partition
+	}
+	prev := m.stepDone
+	if m.stepTimer != nil {
+		m.stepTimer.Stop()
+	}
+	m.stepDone = done
+	m.stepTimer = time.AfterFunc(stepDownWait, m.steppedDown)
+	m.mu.Unlock()
+	if prev != nil {
+		prev()
+	}
+	m.later(func() { s.c.sendConsumerUpdate(s, false) })
+}
+
+// steppedDown tells the group that the step-down is over (answered, or waited for long enough).
+func (m *sacMember) steppedDown() {
+	m.mu.Lock()
+	done := m.stepDone
+	m.stepDone = nil
+	if m.stepTimer != nil {
+		m.stepTimer.Stop()
+		m.stepTimer = nil
+	}
+	m.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+// leave ends the membership (unsubscribe, stream gone, connection closed).
+func (m *sacMember) leave() {
+	m.mu.Lock()
+	gm := m.gm
+	m.gm = nil
+	m.stepDone = nil // leaving frees the partition by itself
+	if m.stepTimer != nil {
+		m.stepTimer.Stop()
+		m.stepTimer = nil
+	}
+	m.mu.Unlock()
+	m.want.Store(false)
+	if gm != nil {
+		gm.Leave()
 	}
 }
 
@@ -151,11 +161,11 @@ func (c *conn) sendConsumerUpdate(s *subscription, active bool) {
 	}
 	c.mu.Lock()
 	if c.updates == nil {
-		c.updates = make(map[uint32]*subscription)
+		c.updates = make(map[uint32]pendingUpdate)
 	}
 	c.nextCorr++
 	corr := c.nextCorr
-	c.updates[corr] = s
+	c.updates[corr] = pendingUpdate{s: s, active: active}
 	c.mu.Unlock()
 	b, err := (&wire.ConsumerUpdate{CorrelationID: corr, SubscriptionID: s.id, Active: active}).Append(nil)
 	if err == nil {
@@ -163,23 +173,46 @@ func (c *conn) sendConsumerUpdate(s *subscription, active bool) {
 	}
 }
 
-// consumerUpdateResponse starts a member that was made active from the offset the client names.
+// pendingUpdate is a consumer update waiting for its answer.
+type pendingUpdate struct {
+	s      *subscription
+	active bool
+}
+
+// consumerUpdateResponse starts a member that was made active from the offset the client
+// names, or lets the partition of one that stepped down move.
 func (c *conn) consumerUpdateResponse(frame []byte) error {
 	var m wire.ConsumerUpdateResponse
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	s := c.updates[m.CorrelationID]
+	u, ok := c.updates[m.CorrelationID]
 	delete(c.updates, m.CorrelationID)
 	c.mu.Unlock()
-	if s == nil || s.sac == nil || s.stopped.Load() || !s.sac.want.Load() {
+	s := u.s
+	if !ok || s == nil || s.sac == nil || s.stopped.Load() {
 		return nil
 	}
-	if m.Offset.Type != wire.OffsetTypeNone {
+	if !u.active {
+		s.sac.steppedDown()
+		return nil
+	}
+	if !s.sac.want.Load() {
+		return nil
+	}
+	s.sac.mu.Lock()
+	start := s.sac.start
+	s.sac.mu.Unlock()
+	switch {
+	case m.Offset.Type != wire.OffsetTypeNone:
 		off := resolve(s.log, m.Offset)
 		s.mu.Lock()
 		s.next = off
+		s.mu.Unlock()
+	case start >= 0:
+		s.mu.Lock()
+		s.next = max(uint64(start), s.log.First())
 		s.mu.Unlock()
 	}
 	c.startSubscription(s)

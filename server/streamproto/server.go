@@ -12,9 +12,10 @@
 // is handled inline on it), a writer (outbound.run) and a heartbeat timer; per subscription one
 // reader of the log (subscription.run). Server.Shutdown waits for all of them.
 //
-// Lock order: conn.mu -> sacGroups.mu -> outbound.mu; subscription.mu -> outbound.mu;
+// Lock order: conn.mu, sacMember.mu and subscription.mu are leaves except for outbound.mu;
 // publisher confirm callbacks take only outbound.mu. Server.mu is a leaf. No lock is held while
-// the core or a stream is called, except sacGroups.mu around nothing but its own map.
+// the core or a stream is called; the core calls a single active consumer's sacMember with no
+// core lock held.
 package streamproto
 
 import (
@@ -81,12 +82,12 @@ type Server struct {
 	cfg  Config
 	core *core.Broker
 	log  *slog.Logger
-	sac  sacGroups
 
 	mu      sync.Mutex
 	lns     []net.Listener
 	conns   map[*conn]struct{}
 	closing bool
+	ep      core.Endpoints // what this node advertises (set as listeners are served)
 
 	// counters are the protocol's traffic (rabbitmq_global_messages_*{protocol="stream"}):
 	// Published (and PublishedConfirm: every publish expects a confirm), Routed, Confirmed and
@@ -121,7 +122,9 @@ func New(cfg Config) *Server {
 		cfg.Grant = func(string, string) (*auth.Grant, error) { return nil, nil }
 	}
 	s := &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger.With("protocol", "stream"), conns: make(map[*conn]struct{})}
-	s.sac.init()
+	if s.core != nil {
+		s.core.WatchStreams(s.streamEvent)
+	}
 	return s
 }
 
@@ -145,7 +148,18 @@ func (s *Server) serve(ln net.Listener, tc *tls.Config) {
 	s.mu.Lock()
 	s.lns = append(s.lns, ln)
 	s.wg.Add(1)
+	host, port := s.listenerEndpoint(ln, tc != nil && s.ep.StreamPort != 0)
+	s.ep.StreamHost = host
+	if tc != nil {
+		s.ep.StreamTLSPort = port
+	} else {
+		s.ep.StreamPort = port
+	}
+	ep := s.ep
 	s.mu.Unlock()
+	if s.core != nil {
+		s.core.SetEndpoints(ep)
+	}
 	go s.acceptLoop(ln, tc)
 }
 
@@ -159,11 +173,18 @@ func (s *Server) Addr() net.Addr {
 	return s.lns[0].Addr()
 }
 
-// advertised returns the host and port metadata and open announce for a connection accepted
-// on local.
-func (s *Server) advertised(local net.Addr) (string, int) {
+// listenerEndpoint returns what this node advertises for a listener: --stream-advertised-host,
+// else the listener's address, or the host name for a wildcard one; --stream-advertised-port
+// (for the plain listener, or the TLS one when there is no plain one: ownPort), else the
+// listener's port. It is one value per node and listener, whatever address a client used, so
+// that what open announces on this node is what metadata on every node says of it (clients
+// such as rabbitmq-stream-go-client reconnect until the two agree).
+func (s *Server) listenerEndpoint(ln net.Listener, ownPort bool) (string, int) {
 	host, port := s.cfg.AdvertisedHost, s.cfg.AdvertisedPort
-	if ta, ok := local.(*net.TCPAddr); ok {
+	if ownPort {
+		port = 0
+	}
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
 		if host == "" {
 			host = ta.IP.String()
 			if ta.IP.IsUnspecified() {
@@ -177,6 +198,29 @@ func (s *Server) advertised(local net.Addr) (string, int) {
 		}
 	}
 	return host, port
+}
+
+// advertised returns the host and port open and metadata announce for this node to a
+// connection over TLS or not.
+func (s *Server) advertised(overTLS bool) (string, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if overTLS {
+		return s.ep.StreamHost, s.ep.StreamTLSPort
+	}
+	return s.ep.StreamHost, s.ep.StreamPort
+}
+
+// streamEvent tells the clients of a stream that moved to another leader or was deleted, as
+// RabbitMQ does: metadata_update (stream_not_available), and their publishers and
+// subscriptions on it are gone, so they look the stream up again and reconnect.
+func (s *Server) streamEvent(e core.StreamEvent) {
+	if e.Deleted {
+		s.log.Debug("stream deleted: telling its clients", "vhost", e.VHost, "stream", e.Stream)
+	} else {
+		s.log.Info("stream leader moved: telling its clients", "vhost", e.VHost, "stream", e.Stream, "leader", e.Leader)
+	}
+	s.notifyStreamGone(e.VHost, e.Stream)
 }
 
 func (s *Server) acceptLoop(ln net.Listener, tc *tls.Config) {

@@ -2,7 +2,9 @@ package streamproto
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"warren/amqp"
@@ -13,6 +15,9 @@ import (
 
 // opTimeout bounds a create or delete (a metadata proposal in a cluster).
 const opTimeout = 30 * time.Second
+
+// metadataTimeout bounds asking the other nodes for their endpoints during a metadata request.
+const metadataTimeout = 2 * time.Second
 
 // codeOf maps the core's AMQP errors to stream response codes.
 func codeOf(err *amqp.Error) wire.ResponseCode {
@@ -93,6 +98,7 @@ func (c *conn) createStreamCode(name string, props []wire.Property) wire.Respons
 	if existed != nil {
 		return wire.ResponseCodeStreamAlreadyExists
 	}
+	c.vhost.WaitStreamLeader(ctx, name)
 	return wire.ResponseCodeOK
 }
 
@@ -123,25 +129,90 @@ func (c *conn) deleteStream(frame []byte) error {
 	return nil
 }
 
-// metadata answers with this node as every stream's leader: in Warren every node holds a
-// replica of every stream, publishes through any node reach the leader's log in order, and reads
-// are served from the local replica, so the node a client is connected to serves both roles.
+// metadata answers where each stream lives: its leader (clients publish there) and the other
+// nodes holding a replica that are up (clients consume there), each with the host and port it
+// advertises (asked of the node over the cluster port and cached, as RabbitMQ's stream plugin
+// asks each node). A node that does not answer is left out; a stream without a leader has
+// leader reference 0xFFFF, which clients take as "not ready yet".
 func (c *conn) metadata(frame []byte) error {
 	var m wire.Metadata
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
-	host, port := c.s.advertised(c.nc.LocalAddr())
-	resp := &wire.MetadataResponse{CorrelationID: m.CorrelationID, Brokers: []wire.Broker{{Reference: 0, Host: host, Port: uint32(port)}}}
-	for _, name := range m.Streams {
-		sm := wire.StreamMetadata{Stream: name, Code: wire.ResponseCodeOK, Leader: 0}
+	resp := &wire.MetadataResponse{CorrelationID: m.CorrelationID}
+	tops := make([]core.StreamTopology, len(m.Streams))
+	found := make([]bool, len(m.Streams))
+	var nodes []string
+	for i, name := range m.Streams {
 		if _, ok := c.streamQueue(name); !ok {
-			sm.Code, sm.Leader = wire.ResponseCodeStreamDoesNotExist, wire.NoLeader
+			continue
+		}
+		tops[i], found[i] = c.vhost.StreamTopology(name)
+		if t := tops[i]; found[i] {
+			if t.Leader != "" {
+				nodes = append(nodes, t.Leader)
+			}
+			nodes = append(nodes, t.Replicas...)
+		}
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	refs := c.brokerRefs(nodes, resp)
+	for i, name := range m.Streams {
+		sm := wire.StreamMetadata{Stream: name, Code: wire.ResponseCodeOK, Leader: wire.NoLeader}
+		if !found[i] {
+			sm.Code = wire.ResponseCodeStreamDoesNotExist
+			resp.Streams = append(resp.Streams, sm)
+			continue
+		}
+		if ref, ok := refs[tops[i].Leader]; ok {
+			sm.Leader = ref
+		}
+		for _, n := range tops[i].Replicas {
+			if ref, ok := refs[n]; ok {
+				sm.Replicas = append(sm.Replicas, ref)
+			}
 		}
 		resp.Streams = append(resp.Streams, sm)
 	}
 	c.write(resp)
 	return nil
+}
+
+// brokerRefs puts the advertised endpoint of each node into resp's brokers (asking the nodes
+// at once) and returns each listed node's reference.
+func (c *conn) brokerRefs(nodes []string, resp *wire.MetadataResponse) map[string]uint16 {
+	eps := make([]core.Endpoints, len(nodes))
+	oks := make([]bool, len(nodes))
+	ctx, cancel := context.WithTimeout(context.Background(), metadataTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			eps[i], oks[i] = c.s.core.NodeEndpoints(ctx, n)
+		}()
+	}
+	wg.Wait()
+	overTLS := c.tc != nil
+	refs := make(map[string]uint16, len(nodes))
+	for i, n := range nodes {
+		host, port := eps[i].StreamHost, eps[i].StreamPort
+		if overTLS {
+			port = eps[i].StreamTLSPort
+		}
+		if n == c.s.core.Node().ID() {
+			host, port = c.s.advertised(overTLS)
+		}
+		if !oks[i] || host == "" || port == 0 {
+			continue
+		}
+		ref := uint16(len(resp.Brokers))
+		resp.Brokers = append(resp.Brokers, wire.Broker{Reference: ref, Host: host, Port: uint32(port)})
+		refs[n] = ref
+	}
+	return refs
 }
 
 func (c *conn) streamStats(frame []byte) error {
@@ -258,6 +329,9 @@ func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCod
 		Partitions: m.Partitions, BindingKeys: m.BindingKeys}
 	if err := c.vhost.DeclareExchange(c.actor(ctx), d); err != nil {
 		return codeOf(err)
+	}
+	for _, p := range m.Partitions {
+		c.vhost.WaitStreamLeader(ctx, p)
 	}
 	return wire.ResponseCodeOK
 }

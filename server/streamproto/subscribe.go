@@ -77,17 +77,27 @@ func (c *conn) subscribe(frame []byte) error {
 		return err
 	}
 	code := c.subscribeCode(&m)
-	c.respond(wire.CommandSubscribe, m.CorrelationID, code)
+	var s *subscription
 	if code == wire.ResponseCodeOK {
 		c.mu.Lock()
-		s := c.subs[m.SubscriptionID]
+		s = c.subs[m.SubscriptionID]
 		c.mu.Unlock()
-		if s != nil {
-			if s.sac != nil {
-				c.s.sac.join(s)
-			} else {
-				c.startSubscription(s)
-			}
+	}
+	// A single active consumer joins its group before the answer, so that the member it takes
+	// over from (on this node) is told to step down first, as RabbitMQ does.
+	if s != nil && s.sac != nil && !c.joinGroup(s) {
+		c.mu.Lock()
+		delete(c.subs, m.SubscriptionID)
+		c.mu.Unlock()
+		s.stop()
+		s, code = nil, wire.ResponseCodeInternalError
+	}
+	c.respond(wire.CommandSubscribe, m.CorrelationID, code)
+	if s != nil {
+		if s.sac != nil {
+			s.sac.respondedOK()
+		} else {
+			c.startSubscription(s)
 		}
 	}
 	return nil
@@ -131,7 +141,7 @@ func (c *conn) subscribeCode(m *wire.Subscribe) wire.ResponseCode {
 		if s.name == "" {
 			return wire.ResponseCodePreconditionFailed
 		}
-		s.sac = &sacMember{sub: s, superStream: superStream}
+		s.sac = &sacMember{sub: s, superStream: superStream, start: -1}
 	}
 	s.next = resolve(s.log, m.Offset)
 	c.mu.Lock()
@@ -156,7 +166,7 @@ func (c *conn) stopSubscription(s *subscription) {
 	s.stop()
 	c.out.kick()
 	if s.sac != nil {
-		c.s.sac.leave(s)
+		s.sac.leave()
 	}
 }
 
