@@ -56,9 +56,16 @@ type QueueInfo struct {
 
 // Queues lists the declared queues of every vhost, by vhost then name.
 func (s *Server) Queues() []QueueInfo {
-	var out []QueueInfo
+	var all [][]*core.Queue
+	n := 0
 	for _, v := range s.core.VHosts() {
-		for _, q := range v.Queues() {
+		qs := v.Queues()
+		all = append(all, qs)
+		n += len(qs)
+	}
+	out := make([]QueueInfo, 0, n)
+	for _, qs := range all {
+		for _, q := range qs {
 			out = append(out, queueInfo(q))
 		}
 	}

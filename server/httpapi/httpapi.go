@@ -17,7 +17,6 @@ package httpapi
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -454,7 +453,9 @@ func splitAddr(addr string) (string, int) {
 
 // queues lists every queue, or a vhost's queues when the path names one.
 func (a *api) queues(w http.ResponseWriter, r *http.Request, args []string) {
-	listInVhost(a, w, r, args, a.b.Queues(), func(q server.QueueInfo) (string, map[string]any) { return q.VHost, a.queueJSON(q) })
+	node := a.b.NodeName()
+	listInVhost(a, w, r, args, a.b.Queues(), func(q server.QueueInfo) string { return q.VHost },
+		func(q server.QueueInfo) object { return queueObject(q, node) })
 }
 
 func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
@@ -463,70 +464,91 @@ func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
 		notFound(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.queueJSON(q))
+	writeJSON(w, http.StatusOK, queueObject(q, a.b.NodeName()))
 }
 
 // listInVhost writes items as JSON, all of them or, when args names a vhost, those in it; an
-// unknown vhost is 404, as in RabbitMQ.
-func listInVhost[T any](a *api, w http.ResponseWriter, r *http.Request, args []string, items []T, view func(T) (vhost string, obj map[string]any)) {
+// unknown vhost is 404, as in RabbitMQ. Only the items the user may see are built.
+func listInVhost[T any, O map[string]any | object](a *api, w http.ResponseWriter, r *http.Request, args []string, items []T, vhostOf func(T) string, view func(T) O) {
 	if len(args) > 0 && !a.vhostExists(args[0]) {
 		notFound(w)
 		return
 	}
 	p := principal(r)
-	out := []map[string]any{}
+	sees := map[string]bool{} // by vhost, for this request
+	out := make([]O, 0, len(items))
 	for _, it := range items {
-		vhost, obj := view(it)
-		if (len(args) == 0 || vhost == args[0]) && auth.ListsVhostObjects(p.Tags, a.c.VHostGrant(p.Name, vhost) != nil) {
-			out = append(out, obj)
+		vhost := vhostOf(it)
+		if len(args) > 0 && vhost != args[0] {
+			continue
+		}
+		ok, known := sees[vhost]
+		if !known {
+			ok = auth.ListsVhostObjects(p.Tags, a.c.VHostGrant(p.Name, vhost) != nil)
+			sees[vhost] = ok
+		}
+		if ok {
+			out = append(out, view(it))
 		}
 	}
 	writeList(w, r, out)
 }
 
-func (a *api) queueJSON(q server.QueueInfo) map[string]any {
+// queueObject is a queue as RabbitMQ's API shows it, on node (a quorum queue's leader instead
+// when it has one).
+func queueObject(q server.QueueInfo, node string) object {
 	msgs := queueMessageCount(q)
 	ready := q.Ready
 	if q.Type == "stream" {
 		ready = msgs
 	}
-	out := map[string]any{
-		"name":                            q.Name,
-		"vhost":                           q.VHost,
-		"type":                            q.Type,
-		"node":                            a.b.NodeName(),
-		"state":                           "running",
-		"durable":                         q.Durable,
-		"auto_delete":                     q.AutoDelete,
-		"exclusive":                       q.Exclusive,
-		"arguments":                       tableJSON(q.Arguments),
-		"messages":                        msgs,
-		"messages_ready":                  ready,
-		"messages_unacknowledged":         q.Unacked,
-		"messages_details":                rate(0),
-		"messages_ready_details":          rate(0),
-		"message_bytes_ready":             q.Stats.ReadyBytes,
-		"consumers":                       q.Consumers,
-		"memory":                          q.Stats.ReadyBytes,
-		"policy":                          nullable(q.Policy),
-		"operator_policy":                 nullable(q.OperatorPolicy),
-		"effective_policy_definition":     q.EffectivePolicyDefinition,
-		"message_stats":                   queueStats(q.Traffic),
-		"exclusive_consumer_tag":          nil,
-		"consumer_utilisation":            nil,
-		"messages_unacknowledged_details": rate(0),
-	}
+	// In key order (see object.sorted); the fields of streams and quorum queues are sorted in.
+	n := 24
 	if q.Type == "stream" {
-		out["first_offset"] = q.Stats.FirstOffset
-		out["last_offset"] = q.Stats.LastOffset
-		out["segments"] = q.Stats.Segments
-		out["message_bytes"] = q.Stats.Bytes
-		out["memory"] = 0
+		n += 4
+	}
+	if q.Members != nil {
+		n += 3
+	}
+	out := make(object, 0, n)
+	out = append(out,
+		field{"arguments", tableJSON(q.Arguments)},
+		field{"auto_delete", q.AutoDelete},
+		field{"consumer_utilisation", nil},
+		field{"consumers", q.Consumers},
+		field{"durable", q.Durable},
+		field{"effective_policy_definition", q.EffectivePolicyDefinition},
+		field{"exclusive", q.Exclusive},
+		field{"exclusive_consumer_tag", nil},
+		field{"memory", q.Stats.ReadyBytes},
+		field{"message_bytes_ready", q.Stats.ReadyBytes},
+		field{"message_stats", trafficObject(q.Traffic)},
+		field{"messages", msgs},
+		field{"messages_details", rateDetail(0)},
+		field{"messages_ready", ready},
+		field{"messages_ready_details", rateDetail(0)},
+		field{"messages_unacknowledged", q.Unacked},
+		field{"messages_unacknowledged_details", rateDetail(0)},
+		field{"name", q.Name},
+		field{"node", node},
+		field{"operator_policy", nullable(q.OperatorPolicy)},
+		field{"policy", nullable(q.Policy)},
+		field{"state", "running"},
+		field{"type", q.Type},
+		field{"vhost", q.VHost},
+	)
+	if q.Type == "stream" {
+		out = append(out,
+			field{"first_offset", q.Stats.FirstOffset},
+			field{"last_offset", q.Stats.LastOffset},
+			field{"segments", q.Stats.Segments},
+			field{"message_bytes", q.Stats.Bytes})
+		out.set("memory", 0)
 	}
 	if m := q.Members; m != nil {
-		membersJSON(out, *m)
+		membersJSON(&out, *m)
 	}
-	return out
+	return out.sorted()
 }
 
 // nullable is a name the API shows as null when empty.
@@ -539,7 +561,7 @@ func nullable(s string) any {
 
 // exchanges lists every exchange, or a vhost's exchanges when the path names one.
 func (a *api) exchanges(w http.ResponseWriter, r *http.Request, args []string) {
-	listInVhost(a, w, r, args, a.b.Exchanges(), func(e server.ExchangeInfo) (string, map[string]any) { return e.VHost, exchangeJSON(e) })
+	listInVhost(a, w, r, args, a.b.Exchanges(), func(e server.ExchangeInfo) string { return e.VHost }, exchangeJSON)
 }
 
 func (a *api) exchange(w http.ResponseWriter, r *http.Request, args []string) {
@@ -600,15 +622,21 @@ func notFound(w http.ResponseWriter) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
+	e, err := encodeJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		body = []byte(`{"error":"internal_error","reason":"cannot encode the response"}`)
+		e = &jsonEncoder{buf: []byte(`{"error":"internal_error","reason":"cannot encode the response"}`)}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Content-Length", strconv.Itoa(e.size()))
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	for _, c := range e.chunks {
+		if _, err := w.Write(c); err != nil {
+			return
+		}
+	}
+	_, _ = w.Write(e.buf)
 }
 
 // tableJSON turns an AMQP table into what encoding/json can write, the way RabbitMQ renders

@@ -998,22 +998,52 @@ func putStat(out map[string]any, name string, total uint64, r float64) {
 	out[name+"_details"] = rate(r)
 }
 
-// trafficStats are the message_stats fields common to channels, queues and the overview.
+// trafficFields are the message_stats fields common to channels, queues and the overview: each
+// the sum of its counters.
+var trafficFields = []struct {
+	name, details string
+	kinds         []stats.Kind
+}{ // by name, so that an object of them is in key order
+	{"ack", "ack_details", []stats.Kind{stats.Acknowledged}},
+	{"deliver", "deliver_details", []stats.Kind{stats.DeliveredAck}},
+	{"deliver_get", "deliver_get_details", []stats.Kind{stats.DeliveredAck, stats.DeliveredNoAck, stats.GetAck, stats.GetNoAck}},
+	{"deliver_no_ack", "deliver_no_ack_details", []stats.Kind{stats.DeliveredNoAck}},
+	{"get", "get_details", []stats.Kind{stats.GetAck}},
+	{"get_empty", "get_empty_details", []stats.Kind{stats.GetEmpty}},
+	{"get_no_ack", "get_no_ack_details", []stats.Kind{stats.GetNoAck}},
+	{"publish", "publish_details", []stats.Kind{stats.Published}},
+	{"redeliver", "redeliver_details", []stats.Kind{stats.Redelivered}},
+}
+
+// sumOf is the total and rate of kinds in s.
+func sumOf(s *stats.Snapshot, kinds []stats.Kind) (uint64, float64) {
+	var t uint64
+	var r float64
+	for _, k := range kinds {
+		t += s.Totals[k]
+		r += s.Rates[k]
+	}
+	return t, r
+}
+
+// trafficStats are the trafficFields of s as a map, for the objects that add to them.
 func trafficStats(s stats.Snapshot) map[string]any {
-	t, rt := s.Totals, s.Rates
-	out := map[string]any{}
-	putStat(out, "publish", t[stats.Published], rt[stats.Published])
-	putStat(out, "deliver", t[stats.DeliveredAck], rt[stats.DeliveredAck])
-	putStat(out, "deliver_no_ack", t[stats.DeliveredNoAck], rt[stats.DeliveredNoAck])
-	putStat(out, "get", t[stats.GetAck], rt[stats.GetAck])
-	putStat(out, "get_no_ack", t[stats.GetNoAck], rt[stats.GetNoAck])
-	putStat(out, "get_empty", t[stats.GetEmpty], rt[stats.GetEmpty])
-	putStat(out, "redeliver", t[stats.Redelivered], rt[stats.Redelivered])
-	putStat(out, "ack", t[stats.Acknowledged], rt[stats.Acknowledged])
-	dg := t[stats.DeliveredAck] + t[stats.DeliveredNoAck] + t[stats.GetAck] + t[stats.GetNoAck]
-	dgr := rt[stats.DeliveredAck] + rt[stats.DeliveredNoAck] + rt[stats.GetAck] + rt[stats.GetNoAck]
-	putStat(out, "deliver_get", dg, dgr)
+	out := make(map[string]any, 2*len(trafficFields))
+	for _, f := range trafficFields {
+		t, r := sumOf(&s, f.kinds)
+		out[f.name], out[f.details] = t, rate(r)
+	}
 	return out
+}
+
+// trafficObject are the trafficFields of s as an object (a queue's message_stats).
+func trafficObject(s stats.Snapshot) object {
+	out := make(object, 0, 2*len(trafficFields))
+	for _, f := range trafficFields {
+		t, r := sumOf(&s, f.kinds)
+		out = append(out, field{f.name, t}, field{f.details, rateDetail(r)})
+	}
+	return out.sorted()
 }
 
 // channelStats adds what only publishers' channels count.
@@ -1032,11 +1062,6 @@ func addPublisherStats(out map[string]any, s stats.Snapshot) {
 	putStat(out, "confirm", t[stats.Confirmed], rt[stats.Confirmed])
 	putStat(out, "return_unroutable", t[stats.UnroutableReturned], rt[stats.UnroutableReturned])
 	putStat(out, "drop_unroutable", t[stats.UnroutableDropped], rt[stats.UnroutableDropped])
-}
-
-// queueStats are a queue's message_stats.
-func queueStats(s stats.Snapshot) map[string]any {
-	return trafficStats(s)
 }
 
 // overviewStats are the node's message_stats and churn_rates.
@@ -1249,12 +1274,26 @@ const maxPageSize = 500
 // writeList answers a list request with RabbitMQ's query parameters: sort (a dotted field) and
 // sort_reverse, page with page_size, name and use_regex (with pagination only, as RabbitMQ),
 // and columns (dotted fields, the rest dropped). With page it answers RabbitMQ's pagination
-// object, otherwise the plain list.
-func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
+// object, otherwise the plain list. Items are maps or, for the long lists, objects.
+func writeList[T map[string]any | object](w http.ResponseWriter, r *http.Request, items []T) {
 	q := r.URL.Query()
 	if key := q.Get("sort"); key != "" {
 		path := strings.Split(key, ".")
-		sort.SliceStable(items, func(i, j int) bool { return lessValue(lookupPath(items[i], path), lookupPath(items[j], path)) })
+		// Each item's key is looked up once, not at every comparison.
+		keys := make([]any, len(items))
+		for i, it := range items {
+			keys[i] = lookupPath(it, path)
+		}
+		order := make([]int, len(items))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(i, j int) bool { return lessValue(keys[order[i]], keys[order[j]]) })
+		sorted := make([]T, len(items))
+		for i, k := range order {
+			sorted[i] = items[k]
+		}
+		items = sorted
 	}
 	if q.Get("sort_reverse") == "true" {
 		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
@@ -1284,7 +1323,7 @@ func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
 			}
 			kept := items[:0:0]
 			for _, it := range items {
-				if s, _ := it["name"].(string); match(s) {
+				if s, _ := member(any(it), "name"); match(asString(s)) {
 					kept = append(kept, it)
 				}
 			}
@@ -1301,6 +1340,7 @@ func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
 		page = map[string]any{"filtered_count": filtered, "item_count": len(items), "page": pageN,
 			"page_count": pages, "page_size": size, "total_count": total}
 	}
+	var out any = items
 	if cols := q.Get("columns"); cols != "" {
 		var paths [][]string
 		for _, c := range strings.Split(cols, ",") {
@@ -1308,16 +1348,24 @@ func writeList(w http.ResponseWriter, r *http.Request, items []map[string]any) {
 				paths = append(paths, strings.Split(c, "."))
 			}
 		}
+		picked := make([]map[string]any, len(items))
 		for i, it := range items {
-			items[i] = pickColumns(it, paths)
+			picked[i] = pickColumns(it, paths)
 		}
+		out = picked
 	}
 	if page != nil {
-		page["items"] = items
+		page["items"] = out
 		writeJSON(w, http.StatusOK, page)
 		return
 	}
-	writeJSON(w, http.StatusOK, items)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// asString is v if it is a string, else "".
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
 }
 
 func nameFilter(name string, regex bool) (func(string) bool, error) {
@@ -1332,14 +1380,10 @@ func nameFilter(name string, regex bool) (func(string) bool, error) {
 	return re.MatchString, nil
 }
 
-func lookupPath(m map[string]any, path []string) any {
-	var cur any = m
+func lookupPath(m any, path []string) any {
+	cur := m
 	for _, p := range path {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return nil
-		}
-		cur = mm[p]
+		cur, _ = member(cur, p)
 	}
 	return cur
 }
@@ -1383,12 +1427,12 @@ func number(v any) (float64, bool) {
 }
 
 // pickColumns keeps the dotted paths of m (nested objects rebuilt with only those fields).
-func pickColumns(m map[string]any, paths [][]string) map[string]any {
+func pickColumns(m any, paths [][]string) map[string]any {
 	out := map[string]any{}
 	for _, p := range paths {
 		v := lookupPath(m, p)
 		if v == nil {
-			if _, has := m[p[0]]; !has || len(p) > 1 {
+			if _, has := member(m, p[0]); !has || len(p) > 1 {
 				continue
 			}
 		}

@@ -44,7 +44,7 @@ func memberRoutes() []route {
 
 // membersJSON adds a quorum queue's leader, members and online nodes to its object; node is the
 // leader's, as RabbitMQ shows it.
-func membersJSON(out map[string]any, m core.QueueMembers) {
+func membersJSON(out *object, m core.QueueMembers) {
 	members, online := m.Members, m.Online
 	if members == nil {
 		members = []string{}
@@ -52,9 +52,11 @@ func membersJSON(out map[string]any, m core.QueueMembers) {
 	if online == nil {
 		online = []string{}
 	}
-	out["members"], out["online"], out["leader"] = members, online, nullable(m.Leader)
+	out.set("members", members)
+	out.set("online", online)
+	out.set("leader", nullable(m.Leader))
 	if m.Leader != "" {
-		out["node"] = m.Leader
+		out.set("node", m.Leader)
 	}
 }
 

@@ -1,15 +1,18 @@
 // Package stats is the broker's counters layer: what the management API's message_stats and
 // rates, the Prometheus exporter and `warren ctl` read about traffic and churn.
 //
-// Counting costs one uncontended atomic add where the work happens and nothing else: each
-// channel and each queue owns an Object (an array of atomic counters) that only its own
-// goroutines write, and totals are summed on read. No lock and no allocation is on the hot
-// path. An Object that goes away (a channel closes, a queue is deleted) is Released: its counts
-// fold into the Registry's retired totals, so node-wide totals never go backwards.
+// Counting costs atomic adds where the work happens and nothing else: each channel and each
+// queue owns an Object (an array of atomic counters) that only its own goroutines write, and
+// the count is also added to one of the Registry's sharded node-wide counters, so a node-wide
+// total is read in constant time whatever the number of objects. No lock, map lookup or
+// allocation is on the hot path. An Object that goes away (a channel closes, a queue is
+// deleted) is Released; its counts stay in the node-wide totals, which never go backwards.
 //
-// Rates are RabbitMQ's *_details.rate: a Sampler records every object's counters every 5 s (the
-// management plugin's default) and a rate is the difference of the last two samples divided by
-// the time between them, in messages per second.
+// Rates are RabbitMQ's *_details.rate: a Sampler runs every 5 s (the management plugin's
+// default) and a rate is the difference of the last two samples divided by the time between
+// them, in messages per second. The sampler visits only the objects that counted since its last
+// run (the first count after a sample puts an object on a lock-free stack); an object it does
+// not visit has rates of zero. An idle node costs it nothing per object.
 //
 // Which objects a node-wide total sums is fixed per Kind (see Source): traffic is counted on
 // channels (what clients did), dead-lettering on queues (what queues did), and churn (connections,
@@ -126,12 +129,6 @@ type Counters struct {
 	v [NumKinds]atomic.Uint64
 }
 
-// Add adds n to counter k.
-func (c *Counters) Add(k Kind, n uint64) { c.v[k].Add(n) }
-
-// Inc adds one to counter k.
-func (c *Counters) Inc(k Kind) { c.v[k].Add(1) }
-
 // Load reads counter k.
 func (c *Counters) Load(k Kind) uint64 { return c.v[k].Load() }
 
@@ -155,18 +152,44 @@ type Labels struct {
 	Channel uint16
 }
 
-// Object is the counters of one channel or queue. Its goroutines count with Counters' methods
-// (promoted); readers use Snapshot.
+// Object is the counters of one channel or queue. Its goroutines count with Inc and Add;
+// readers use Snapshot (or Values, promoted from Counters).
 type Object struct {
 	Counters
+	reg    *Registry // nil for an object outside a registry: it counts for itself only
+	shard  *shard    // the registry's node-wide counters this object adds to
 	scope  Scope
 	labels Labels
 
+	// dirty is set by the first count after a sample, which also pushes the object on the
+	// registry's dirty stack (next links it); the sampler clears it when it visits. So an
+	// object is on the stack at most once and the sampler visits only objects that counted.
+	dirty atomic.Bool
+	next  *Object
+
 	mu    sync.Mutex // guards the sample fields; never taken on the hot path
-	last  Values
-	lastT time.Time
-	rates Rates
+	last  Values     // the counters when the sampler last visited
+	rates Rates      // over the interval that ended at sample number tick
+	tick  uint64
 }
+
+// Add adds n to counter k, and to the node-wide total of k when the object's scope is its
+// Source. The first count after a sample marks the object for the next one.
+func (o *Object) Add(k Kind, n uint64) {
+	o.v[k].Add(n)
+	if o.reg == nil {
+		return
+	}
+	if Source(k) == o.scope {
+		o.shard[k].Add(n)
+	}
+	if !o.dirty.Load() && o.dirty.CompareAndSwap(false, true) {
+		o.reg.push(o)
+	}
+}
+
+// Inc adds one to counter k (see Add).
+func (o *Object) Inc(k Kind) { o.Add(k, 1) }
 
 // Scope is what the object counts for.
 func (o *Object) Scope() Scope { return o.scope }
@@ -180,98 +203,122 @@ type Snapshot struct {
 	Rates  Rates
 }
 
-// Snapshot reads the object's counters now and its rates as of the last sample.
+// Snapshot reads the object's counters now and its rates as of the last sample: zero when the
+// object counted nothing in the last interval (the sampler did not visit it).
 func (o *Object) Snapshot() Snapshot {
 	s := Snapshot{Totals: o.Values()}
+	if o.reg == nil {
+		return s
+	}
+	done := o.reg.ticks.Load()
 	o.mu.Lock()
-	s.Rates = o.rates
+	// While sample number done+1 is being taken, objects it visited already have tick done+1.
+	if o.tick >= done && o.tick > 0 {
+		s.Rates = o.rates
+	}
 	o.mu.Unlock()
 	return s
 }
 
-// sample records the object's values at now and updates its rates.
-func (o *Object) sample(v Values, now time.Time) {
+// sample records the object's values as of sample number tick, dt seconds after the last one.
+func (o *Object) sample(v Values, dt float64, tick uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.lastT.IsZero() {
-		if dt := now.Sub(o.lastT).Seconds(); dt > 0 {
-			for i := range v {
-				o.rates[i] = float64(v[i]-o.last[i]) / dt
-			}
+	if dt > 0 {
+		for i := range v {
+			o.rates[i] = float64(v[i]-o.last[i]) / dt
 		}
 	}
-	o.last, o.lastT = v, now
+	o.last, o.tick = v, tick
 }
 
-// Registry holds a node's objects and node-wide totals.
-//
-// Lock order: Registry.mu -> Object.mu (the sampler); both are leaves otherwise.
-type Registry struct {
-	node Object // ScopeNode counters, and the node-wide rates
+// numShards spreads the node-wide counters so that two busy channels rarely add to the same
+// cache line; a total sums the shards.
+const numShards = 8
 
-	mu      sync.Mutex
-	objs    map[*Object]struct{}
-	retired Values // counts of released objects, for their scope's kinds
+// shard is one set of node-wide counters, each on its own cache line (goroutines counting
+// different kinds do not share one).
+type shard [NumKinds]paddedCounter
+
+type paddedCounter struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+// Registry holds a node's objects and the node-wide totals.
+//
+// Node-wide totals are counted where the objects count (Object.Add adds to one of the shards),
+// so reading them costs NumKinds*numShards loads, whatever the number of objects, and counts
+// of released objects stay in them. Rates are sampled from the dirty stack: an idle object
+// costs the sampler nothing, and its rates read as zero.
+//
+// Lock order: Registry.sampleMu -> Object.mu, Registry.sampleMu -> Registry.ratesMu;
+// Registry.mu is a leaf.
+type Registry struct {
+	shards [numShards]shard
+	nextSh atomic.Uint32 // round-robin shard of the next object
+
+	dirty atomic.Pointer[Object] // objects that counted since the last sample (a stack)
+	ticks atomic.Uint64          // samples completed
+
+	mu   sync.Mutex // guards objs
+	objs map[*Object]struct{}
+
+	sampleMu   sync.Mutex // one Sample at a time; guards lastT, lastTotals and batch
+	lastT      time.Time
+	lastTotals Values
+	batch      []*Object
+
+	ratesMu sync.Mutex // guards rates
+	rates   Rates      // node-wide, over the last interval
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{node: Object{scope: ScopeNode}, objs: make(map[*Object]struct{})}
+	return &Registry{objs: make(map[*Object]struct{}), lastT: time.Now()}
 }
 
 // Inc counts one node-level event (a ScopeNode kind: churn).
-func (r *Registry) Inc(k Kind) { r.node.Inc(k) }
+func (r *Registry) Inc(k Kind) { r.shards[0][k].Add(1) }
 
 // NewObject registers the counters of a new channel or queue; Release them when it goes away.
+// Its baseline is zero, so the sample after its first counts already has a rate.
 func (r *Registry) NewObject(scope Scope, l Labels) *Object {
-	// The baseline is zero at creation, so the first sample already has a rate.
-	o := &Object{scope: scope, labels: l, lastT: time.Now()}
+	o := &Object{reg: r, shard: &r.shards[r.nextSh.Add(1)%numShards], scope: scope, labels: l}
 	r.mu.Lock()
 	r.objs[o] = struct{}{}
 	r.mu.Unlock()
 	return o
 }
 
-// Release removes an object, keeping its counts in the node-wide totals. Releasing twice (or
-// nil) does nothing.
+// push puts o on the dirty stack (o.dirty was just set, so it is not on it).
+func (r *Registry) push(o *Object) {
+	for {
+		head := r.dirty.Load()
+		o.next = head
+		if r.dirty.CompareAndSwap(head, o) {
+			return
+		}
+	}
+}
+
+// Release removes an object from the registry's listings. Its counts, and anything it still
+// counts, stay in the node-wide totals. Releasing twice (or nil) does nothing.
 func (r *Registry) Release(o *Object) {
 	if o == nil {
 		return
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.objs[o]; !ok {
-		return
-	}
 	delete(r.objs, o)
-	v := o.Values()
-	for k := range v {
-		if Source(Kind(k)) == o.scope {
-			r.retired[k] += v[k]
-		}
-	}
+	r.mu.Unlock()
 }
 
 // Totals reads the node-wide totals now.
 func (r *Registry) Totals() Values {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.totalsLocked()
-}
-
-func (r *Registry) totalsLocked() Values {
-	out := r.retired
-	for o := range r.objs {
+	var out Values
+	for i := range r.shards {
 		for k := range out {
-			if Source(Kind(k)) == o.scope {
-				out[k] += o.Load(Kind(k))
-			}
-		}
-	}
-	nv := r.node.Values()
-	for k := range out {
-		if Source(Kind(k)) == ScopeNode {
-			out[k] += nv[k]
+			out[k] += r.shards[i][k].Load()
 		}
 	}
 	return out
@@ -280,9 +327,9 @@ func (r *Registry) totalsLocked() Values {
 // Global is the node-wide totals now and the node-wide rates of the last sample.
 func (r *Registry) Global() Snapshot {
 	s := Snapshot{Totals: r.Totals()}
-	r.node.mu.Lock()
-	s.Rates = r.node.rates
-	r.node.mu.Unlock()
+	r.ratesMu.Lock()
+	s.Rates = r.rates
+	r.ratesMu.Unlock()
 	return s
 }
 
@@ -299,20 +346,41 @@ func (r *Registry) Objects(scope Scope) []*Object {
 	return out
 }
 
-// Sample records every object's counters and the node-wide totals at now, updating their
-// rates. The Sampler calls it every interval; tests may call it directly.
+// Sample takes the node-wide rates and visits the objects that counted since the last sample,
+// updating their rates, at now. The Sampler calls it every interval; tests may call it
+// directly. Its cost is that of the objects that counted: nothing when the node is idle.
 func (r *Registry) Sample(now time.Time) {
-	r.mu.Lock()
-	objs := make([]*Object, 0, len(r.objs))
-	for o := range r.objs {
-		objs = append(objs, o)
+	r.sampleMu.Lock()
+	defer r.sampleMu.Unlock()
+	dt := now.Sub(r.lastT).Seconds()
+	r.lastT = now
+	tick := r.ticks.Load() + 1
+
+	total := r.Totals()
+	r.ratesMu.Lock()
+	if dt > 0 {
+		for k := range total {
+			r.rates[k] = float64(total[k]-r.lastTotals[k]) / dt
+		}
 	}
-	total := r.totalsLocked()
-	r.mu.Unlock()
-	r.node.sample(total, now)
-	for _, o := range objs {
-		o.sample(o.Values(), now)
+	r.ratesMu.Unlock()
+	r.lastTotals = total
+
+	// Take the whole stack first: once an object's flag is cleared, a count may push it on the
+	// new stack, which rewrites its next link.
+	batch := r.batch[:0]
+	for o := r.dirty.Swap(nil); o != nil; o = o.next {
+		batch = append(batch, o)
 	}
+	for i, o := range batch {
+		o.next = nil
+		o.dirty.Store(false)
+		// Counts after this read push the object again: the next sample sees them.
+		o.sample(o.Values(), dt, tick)
+		batch[i] = nil
+	}
+	r.batch = batch[:0]
+	r.ticks.Store(tick)
 }
 
 // DefaultInterval is RabbitMQ's collect_statistics_interval default.

@@ -93,7 +93,7 @@ type Server struct {
 	// Published (and PublishedConfirm: every publish expects a confirm), Routed, Confirmed and
 	// DeliveredNoAck (stream deliveries are credit, not acks), counted in messages (a sub-batch
 	// entry is one).
-	counters stats.Counters
+	counters stats.Object // outside any registry: counts for this protocol only
 
 	wg sync.WaitGroup
 }
