@@ -292,9 +292,6 @@ func (d *DB) badgerOptions() badger.Options {
 
 // Close stops the committer (after finishing queued batches) and the GC goroutine, closes badger and
 // releases the lock. Later calls return the first call's result.
-// Dir returns the data directory, or "" in memory. Streams keep their segment files under it.
-func (d *DB) Dir() string { return d.dir }
-
 func (d *DB) Close() error {
 	d.closeOnce.Do(func() {
 		d.mu.Lock()

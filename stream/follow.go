@@ -373,9 +373,6 @@ func (l *Log) ResetTo(first uint64, history []EpochStart, trackingSnapshot []byt
 	if _, err := l.db.DeleteRange(storage.StreamChunkPrefix(l.id)); err != nil {
 		return fmt.Errorf("stream %d: reset: %w", l.id, err)
 	}
-	if l.files != nil {
-		l.files.removeAll()
-	}
 	var b storage.Batch
 	metaKey := storage.StreamMetaKey(l.id)
 	err = l.db.Scan(metaKey, true, func(k, _ []byte) error {

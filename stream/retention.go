@@ -108,10 +108,6 @@ func (l *Log) DropBefore(first uint64) {
 	if nchunks < len(l.chunks) {
 		newFirst = l.chunks[nchunks].first
 	}
-	droppedSegs := make([]uint64, drop)
-	for i := range droppedSegs {
-		droppedSegs[i] = l.segs[i].num
-	}
 	l.chunks = compact(l.chunks, nchunks)
 	l.segs = compact(l.segs, drop)
 	l.bytes -= dropped
@@ -130,8 +126,6 @@ func (l *Log) DropBefore(first uint64) {
 	l.db.Commit(&b, func(err error) {
 		if err != nil {
 			l.log.Error("stream retention: cannot delete old chunks", "stream_id", l.id, "first", newFirst, "err", err)
-		} else if l.files != nil {
-			l.files.remove(droppedSegs)
 		}
 		l.async.Done()
 	})

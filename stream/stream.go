@@ -31,9 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -210,8 +208,6 @@ type Log struct {
 	retainAsk  uint64 // the last first offset passed to OnRetention
 
 	cache *chunkCache
-	// files holds chunk bodies (segfiles.go); nil when the DB is in memory.
-	files *segFiles
 
 	wake       chan struct{} // capacity 1: pokes the writer
 	retune     chan struct{} // capacity 1: the retention limits changed (SetRetention)
@@ -267,7 +263,6 @@ func Open(db *storage.DB, id uint64, opts Options) (*Log, error) {
 		opts.Logger = slog.Default()
 	}
 	l := &Log{
-		files:      streamFiles(db, id),
 		db:         db,
 		id:         id,
 		opts:       opts,
@@ -591,27 +586,7 @@ func (l *Log) blob(ci *chunkInfo) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
 	}
-	if seg, off, n, ok := decodeRef(b); ok {
-		if l.files == nil {
-			return nil, fmt.Errorf("stream %d: chunk %d is in segment file %d but the storage has no directory", l.id, ci.first, seg)
-		}
-		if b, err = l.files.read(seg, off, n); err != nil {
-			if l.First() > ci.first { // its segment was removed by retention meanwhile
-				err = fmt.Errorf("%w: %w", storage.ErrNotFound, err)
-			}
-			return nil, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
-		}
-	}
 	return b, nil
-}
-
-// streamFiles returns the segment files of stream id, or nil for a DB in memory.
-func streamFiles(db *storage.DB, id uint64) *segFiles {
-	dir := db.Dir()
-	if dir == "" {
-		return nil
-	}
-	return newSegFiles(filepath.Join(dir, "streams", strconv.FormatUint(id, 10)))
 }
 
 // entries returns the decoded entries of a chunk, from the cache or from storage.
@@ -745,9 +720,6 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		runDone(due, ErrClosed)
 		l.cache.clear()
-		if l.files != nil {
-			l.files.close()
-		}
 	})
 	return nil
 }
@@ -766,9 +738,6 @@ func (l *Log) Delete() error {
 		if _, err := l.db.DeleteRange(p); err != nil {
 			return fmt.Errorf("stream %d: delete: %w", l.id, err)
 		}
-	}
-	if l.files != nil {
-		l.files.removeAll()
 	}
 	return nil
 }

@@ -313,7 +313,6 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 		lastSeg = l.segs[n-1]
 	}
 	var b storage.Batch
-	var files []segWrite
 	end := l.written
 	for i := range chunks {
 		st := &chunks[i]
@@ -347,11 +346,7 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 		if err := l.table.applyTrailer(st.trailer, ci.first); err != nil {
 			l.log.Error("stream chunk with a malformed trailer", "stream_id", l.id, "first", ci.first, "err", err)
 		}
-		if l.files == nil {
-			b.Set(storage.StreamChunkKey(l.id, ci.first), st.blob)
-		} else {
-			files = append(files, segWrite{seg: ci.seg, blob: st.blob})
-		}
+		b.Set(storage.StreamChunkKey(l.id, ci.first), st.blob)
 		b.Set(indexKey(l.id, ci.first), encodeIndex(ci, st.trailer, snap))
 		ci.maxTs = ci.lastTs
 		if n := len(l.chunks); n > 0 {
@@ -373,17 +368,6 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 	runDone(due, nil)
 	if len(chunks) == 0 {
 		return nil
-	}
-	if len(files) > 0 {
-		// The bodies are durable before the batch that points at them is committed.
-		refs, err := l.files.append(files)
-		if err != nil {
-			l.stored(end, fmt.Errorf("stream %d: %w", l.id, err))
-			return nil
-		}
-		for i := range chunks {
-			b.Set(storage.StreamChunkKey(l.id, chunks[i].info.first), refs[i])
-		}
 	}
 	if assignSegs {
 		// The writer keeps one batch in flight: what is appended meanwhile becomes the next
