@@ -75,7 +75,7 @@ func streamCommand() *cli.Command {
 			&cli.StringFlag{Name: "ref-uri", Value: DefaultStreamRefURI, Usage: "stream `URI` of the reference RabbitMQ; empty or unreachable: skipped"},
 			&cli.IntFlag{Name: "ref-pid", Usage: "RabbitMQ's process id for CPU readings (default: the process listening on the ref port)"},
 			&cli.StringFlag{Name: "sizes", Value: "12,1024", Usage: "message body sizes in `BYTES`, comma-separated"},
-			&cli.IntFlag{Name: "messages", Value: 500000, Usage: "messages per run and size"},
+			&cli.IntFlag{Name: "messages", Value: 1000000, Usage: "messages per run and size"},
 			&cli.IntFlag{Name: "producers", Value: 1, Usage: "publishing connections"},
 			&cli.IntFlag{Name: "consumers", Value: 1, Usage: "consuming connections (each reads every message)"},
 			&cli.IntFlag{Name: "batch", Value: 100, Usage: "messages per publish frame (stream-perf-test's --batch-size)"},
