@@ -51,7 +51,10 @@ type StreamConfig struct {
 type streamRun struct {
 	pubRate, conRate float64 // msg/s
 	pubCPU, conCPU   float64 // broker ns per message; -1 unknown
-	err              error
+	// The live phase: producers and consumers at once (stream-perf-test's way), consumers
+	// reading along from the stream's start; CPU per message published (and delivered once).
+	livePub, liveCon, liveCPU float64
+	err                       error
 }
 
 type streamTarget struct {
@@ -134,6 +137,7 @@ func StreamBench(ctx context.Context, cfg StreamConfig) error {
 		if c, err := dialStream(cfg.RefURI); err != nil {
 			ref.skip = err.Error()
 			fmt.Fprintf(cfg.Log, "reference RabbitMQ skipped: %v\n", err)
+			targets = append(targets, ref)
 		} else {
 			c.close()
 			if ref.pid == 0 {
@@ -156,6 +160,9 @@ func StreamBench(ctx context.Context, cfg StreamConfig) error {
 		for _, t := range targets {
 			if ctx.Err() != nil {
 				break
+			}
+			if t.skip != "" {
+				continue
 			}
 			if t.proc != nil {
 				if err := startStreamWarren(ctx, t); err != nil {
@@ -230,8 +237,8 @@ func (r streamRun) describe() string {
 	if r.err != nil {
 		return "failed: " + r.err.Error()
 	}
-	return fmt.Sprintf("published %s msg/s (broker %s/msg), consumed %s msg/s (broker %s/msg)",
-		fmtMsgs(r.pubRate), fmtCPU(r.pubCPU), fmtMsgs(r.conRate), fmtCPU(r.conCPU))
+	return fmt.Sprintf("published %s msg/s (broker %s/msg), consumed %s msg/s (broker %s/msg); live: published %s msg/s, consumed %s msg/s (broker %s/msg)",
+		fmtMsgs(r.pubRate), fmtCPU(r.pubCPU), fmtMsgs(r.conRate), fmtCPU(r.conCPU), fmtMsgs(r.livePub), fmtMsgs(r.liveCon), fmtCPU(r.liveCPU))
 }
 
 func fmtCPU(ns float64) string {
@@ -271,8 +278,109 @@ func cpuSpan(pid int) func(n int) float64 {
 	}
 }
 
-// streamOnce runs one publish phase and one consume phase on a new stream.
-func streamOnce(ctx context.Context, cfg StreamConfig, t *streamTarget, size, run int) (r streamRun) {
+// streamOnce runs one publish phase and one consume phase on a new stream, then the live phase
+// on another.
+func streamOnce(ctx context.Context, cfg StreamConfig, t *streamTarget, size, run int) streamRun {
+	r := streamSequential(ctx, cfg, t, size, run)
+	if r.err != nil || cfg.Consumers == 0 || ctx.Err() != nil {
+		return r
+	}
+	l := streamLive(cfg, t, size, run)
+	if l.err != nil {
+		return streamRun{err: fmt.Errorf("live phase: %w", l.err)}
+	}
+	r.livePub, r.liveCon, r.liveCPU = l.livePub, l.liveCon, l.liveCPU
+	return r
+}
+
+// withStream creates a stream, runs fn on it and deletes it.
+func withStream(t *streamTarget, name string, fn func() streamRun) (r streamRun) {
+	admin, err := dialStream(t.uri)
+	if err != nil {
+		return streamRun{err: err}
+	}
+	defer admin.close()
+	if code, err := admin.request(&wire.CreateStream{CorrelationID: admin.nextCorr(), Stream: name}); err != nil || code != wire.ResponseCodeOK {
+		return streamRun{err: fmt.Errorf("create stream %s: %v %v", name, code, err)}
+	}
+	r = fn()
+	if _, err := admin.request(&wire.DeleteStream{CorrelationID: admin.nextCorr(), Stream: name}); err != nil && r.err == nil {
+		r.err = fmt.Errorf("delete stream: %w", err)
+	}
+	return r
+}
+
+// streamLive publishes and consumes at once: consumers subscribe from the first offset of the
+// empty stream before the producers start.
+func streamLive(cfg StreamConfig, t *streamTarget, size, run int) streamRun {
+	name := fmt.Sprintf("perf-stream-live-%d-%d-%d", size, run, time.Now().UnixNano())
+	return withStream(t, name, func() (r streamRun) {
+		body := amqp10Body(size)
+		per := cfg.Messages / cfg.Producers
+		total := per * cfg.Producers
+		var pconns, cconns []*streamConn
+		defer func() {
+			for _, c := range append(pconns, cconns...) {
+				c.close()
+			}
+		}()
+		for range cfg.Producers {
+			c, err := dialStream(t.uri)
+			if err != nil {
+				return streamRun{err: err}
+			}
+			pconns = append(pconns, c)
+		}
+		for range cfg.Consumers {
+			c, err := dialStream(t.uri)
+			if err != nil {
+				return streamRun{err: err}
+			}
+			cconns = append(cconns, c)
+		}
+		cpu := cpuSpan(t.pid)
+		start := time.Now()
+		deadline := start.Add(cfg.Timeout)
+		var wg sync.WaitGroup
+		cerrs := make([]error, len(cconns))
+		var mu sync.Mutex
+		var conTook time.Duration
+		for i, c := range cconns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cerrs[i] = streamConsumer(c, name, total, uint16(cfg.Credit), deadline)
+				mu.Lock()
+				conTook = max(conTook, time.Since(start))
+				mu.Unlock()
+			}()
+		}
+		perrs := make([]error, len(pconns))
+		var pwg sync.WaitGroup
+		for i, c := range pconns {
+			pwg.Add(1)
+			go func() {
+				defer pwg.Done()
+				perrs[i] = streamPublisher(c, name, per, cfg.Batch, cfg.SubEntry, cfg.Window, body, deadline)
+			}()
+		}
+		pwg.Wait()
+		pubTook := time.Since(start)
+		wg.Wait()
+		r.liveCPU = cpu(total)
+		r.livePub = float64(total) / pubTook.Seconds()
+		r.liveCon = float64(total*cfg.Consumers) / conTook.Seconds()
+		for _, e := range append(perrs, cerrs...) {
+			if e != nil {
+				return streamRun{err: e}
+			}
+		}
+		return r
+	})
+}
+
+// streamSequential publishes, then consumes from the first offset, on a new stream.
+func streamSequential(ctx context.Context, cfg StreamConfig, t *streamTarget, size, run int) (r streamRun) {
 	name := fmt.Sprintf("perf-stream-%d-%d-%d", size, run, time.Now().UnixNano())
 	admin, err := dialStream(t.uri)
 	if err != nil {
@@ -375,6 +483,7 @@ func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]
 	fmt.Fprintf(&b, "- Machine: %s, %d logical cores; load average when it started: %s, when it ended: %s\n", m.CPU, m.Cores, loadStart, loadAverage())
 	fmt.Fprintf(&b, "- Load: %d producer(s) publish %s messages per run and size with confirms (at most %d unconfirmed per producer), "+
 		"%d messages per publish frame, sub-entry size %d; then %d consumer(s) read them all from `first` with an initial credit of %d chunks and one credit back per chunk, checking each chunk's CRC. "+
+		"Live: the same on a new stream with the consumers subscribed (from the start) before the producers begin, as stream-perf-test runs; consumed msg/s is over the time from the start to the last delivery. "+
 		"Bodies are AMQP 1.0 messages with one data section of the given size, as stream-perf-test sends. "+
 		"The load client is Warren's own (on server/streamproto/wire, one connection per producer and consumer) and shares the machine's cores with the broker.\n",
 		cfg.Producers, fmtMsgs(float64(cfg.Messages/cfg.Producers*cfg.Producers)), cfg.Window, cfg.Batch, max(1, cfg.SubEntry), cfg.Consumers, cfg.Credit)
@@ -402,6 +511,9 @@ func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]
 		{"broker CPU per published message", func(r streamRun) float64 { return r.pubCPU }, fmtCPU, true},
 		{"consumed msg/s", func(r streamRun) float64 { return r.conRate }, fmtMsgs, false},
 		{"broker CPU per consumed message", func(r streamRun) float64 { return r.conCPU }, fmtCPU, true},
+		{"live: published (confirmed msg/s)", func(r streamRun) float64 { return r.livePub }, fmtMsgs, false},
+		{"live: consumed msg/s", func(r streamRun) float64 { return r.liveCon }, fmtMsgs, false},
+		{"live: broker CPU per message (published and consumed)", func(r streamRun) float64 { return r.liveCPU }, fmtCPU, true},
 	}
 	med := func(name string, size int, m metric) (float64, bool) {
 		var vs []float64
