@@ -7,7 +7,9 @@ package streamproto_test
 // reports msgs/s and, when the broker's process id is known, its CPU time per message
 // (broker-cpu-ns/msg, from /proc/PID/stat): Warren runs as a separate process when WARREN_BIN
 // names its binary, RabbitMQ's pid is WARREN_BENCH_RABBITMQ_PID (the reference script's pid
-// file). `make bench-stream` runs it with -count 3 for medians.
+// file). `make bench-stream` runs `warren perf stream` instead (the tool's own lean client: this
+// client's consumer stalls on long replays of 1 KB chunks, against RabbitMQ too); run this one by
+// hand with -benchtime Nx -count 3.
 
 import (
 	"fmt"

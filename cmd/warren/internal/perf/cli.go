@@ -52,6 +52,7 @@ func Command() *cli.Command {
 			},
 			declareCommand(),
 			backlogCommand(),
+			streamCommand(),
 		}, append(floorCommands(), clusterCommand())...),
 	}
 }
