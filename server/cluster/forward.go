@@ -381,6 +381,26 @@ func (cl *fwdClient) close() {
 	}
 }
 
+// dropForward tears down the forward connection to the peer at addr, if there is one, handing
+// its pending requests back for a retry at whichever node leads then. The ping loop calls it
+// when the peer stops answering: a partitioned peer's connection gets no reset, and without this
+// the requests would wait for their deadlines (and fail) although a new leader took over within
+// seconds. A retried proposal may be applied twice; the state machines dedupe, as after a reset.
+func (n *Node) dropForward(addr string, why error) {
+	n.mu.Lock()
+	cl := n.fwd[addr]
+	n.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	cl.mu.Lock()
+	fc := cl.conn
+	cl.mu.Unlock()
+	if fc != nil {
+		fc.teardown(why)
+	}
+}
+
 // cancelForwards fails the forwarded requests of group g (being closed).
 func (n *Node) cancelForwards(g *Group) {
 	n.mu.Lock()

@@ -122,6 +122,8 @@ func (n *Node) pingLoop() {
 		}
 		n.live.mu.Unlock()
 		for _, id := range suspects {
+			// A partitioned peer resets nothing: hand the requests forwarded to it back now.
+			n.dropForward(want[id], fmt.Errorf("peer %s missed its pings for %v", id, suspectAfter))
 			n.failover(id)
 		}
 		for _, c := range changes {
