@@ -97,6 +97,16 @@ func (r *groupReplicator) Propose(cmd []byte, done func(uint64, []byte, error)) 
 	g.ProposeAsync(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Index, res.Data, err) })
 }
 
+// ProposeAsLeader implements queue.LeaderProposer.
+func (r *groupReplicator) ProposeAsLeader(cmd []byte, done func(uint64, []byte, error)) {
+	g := r.g.Load()
+	if g == nil {
+		go done(0, nil, errors.New("replicated queue group not started"))
+		return
+	}
+	g.ProposeAsLeader(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Index, res.Data, err) })
+}
+
 func (r *groupReplicator) IsLeader() bool {
 	g := r.g.Load()
 	return g != nil && g.IsLeader()

@@ -34,6 +34,13 @@ type Replicator interface {
 	IsLeader() bool
 }
 
+// LeaderProposer is implemented by a Replicator that can propose a command only while this node
+// leads, never forwarding or retrying it elsewhere: a leader's verdict that a node is down must not
+// be committed by the next leader after a partition heals (NodeDown uses it when it can).
+type LeaderProposer interface {
+	ProposeAsLeader(cmd []byte, done func(index uint64, resp []byte, err error))
+}
+
 // QuorumConfig is OpenConfig.Extra for a quorum queue (QuorumType), and for a durable classic
 // queue that the core replicates in a cluster (ClassicType).
 type QuorumConfig struct {
@@ -547,7 +554,18 @@ func (q *Quorum) NodeDown(node uint16) {
 		return
 	}
 	slices.Sort(epochs)
-	q.propose(&Command{Type: CmdNodeReset, Node: node, Epochs: epochs}, nil)
+	cmd := &Command{Type: CmdNodeReset, Node: node, Epochs: epochs}
+	lp, ok := q.rep.(LeaderProposer)
+	if !ok {
+		q.propose(cmd, nil)
+		return
+	}
+	lp.ProposeAsLeader(encode(cmd, 16), func(_ uint64, _ []byte, err error) {
+		if err != nil {
+			// A leader that lost its leadership meanwhile: the next leader decides for itself.
+			q.log.Info("node reset not committed by this leader", "queue", q.name, "node", node, "err", err)
+		}
+	})
 }
 
 // Rejoin proposes the removal of this node's consumers and basic.get messages from its earlier
