@@ -40,6 +40,9 @@ type clusterNode struct {
 	b           *broker
 	lives       int
 	history     []string // tails of the logs of earlier processes, for failure reports
+
+	netns string   // if set, the node runs in this network namespace (ip netns exec)
+	extra []string // more `warren serve` flags, after the others (a repeated flag's last value wins)
 }
 
 // testCluster is a set of warren processes that form one cluster.
@@ -162,7 +165,16 @@ func (nd *clusterNode) args() []string {
 	if nd.join {
 		args = append(args, "--cluster-join")
 	}
-	return args
+	return append(args, nd.extra...)
+}
+
+// command returns the command that runs `warren args...` for the node: in its network
+// namespace if it has one (ip netns exec execs the binary: the process is warren itself).
+func (nd *clusterNode) command(ctx context.Context, args ...string) *exec.Cmd {
+	if nd.netns == "" {
+		return exec.CommandContext(ctx, testEnv.bin, args...)
+	}
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", nd.netns, testEnv.bin}, args...)...)
 }
 
 // launch starts the node's process without waiting for it to accept connections.
@@ -177,7 +189,7 @@ func (nd *clusterNode) launch() {
 		out:  &syncBuffer{},
 		done: make(chan struct{}),
 	}
-	b.cmd = exec.Command(testEnv.bin, nd.args()...)
+	b.cmd = nd.command(context.Background(), nd.args()...)
 	b.cmd.Stdout = b.out
 	b.cmd.Stderr = b.out
 	if err := b.cmd.Start(); err != nil {
@@ -305,7 +317,7 @@ func quorumGroupName(q string) string {
 func (nd *clusterNode) status() (clusterStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testEnv.bin, "cluster", "status", "--server", nd.ClusterAddr, "--json")
+	cmd := nd.command(ctx, "cluster", "status", "--server", nd.ClusterAddr, "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

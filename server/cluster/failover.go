@@ -29,8 +29,11 @@ import (
 // kickStagger separates the voters' turns at forcing an election.
 const kickStagger = time.Second
 
-// failover forces elections in the groups that member peer led (peer is suspected down).
-func (n *Node) failover(peer string) {
+// failover forces elections in the groups that member peer led (peer is suspected down). The ping
+// loop calls it when the peer becomes suspected (first) and again at every tick while it stays so:
+// a group that still heard from its leader at first (a degraded link that lost the pings first)
+// is kicked once it has not for suspectAfter. Only what changes is logged.
+func (n *Node) failover(peer string, first bool) {
 	n.mu.Lock()
 	groups := make([]*Group, 0, len(n.groups))
 	for _, g := range n.groups {
@@ -38,15 +41,19 @@ func (n *Node) failover(peer string) {
 	}
 	n.mu.Unlock()
 	kicked, later := 0, 0
+	turn := 0
+	if !first {
+		turn = repeatTurn
+	}
 	for _, g := range groups {
-		switch g.kick(peer, 0) {
+		switch g.kick(peer, turn) {
 		case kickNow:
 			kicked++
 		case kickLater:
 			later++
 		}
 	}
-	if kicked+later > 0 {
+	if kicked > 0 || (first && later > 0) {
 		n.log.Warn("cluster peer answers no pings: electing new leaders for the groups it led",
 			"peer", peer, "after", suspectAfter, "elections", kicked, "deferred", later)
 	}
@@ -60,9 +67,16 @@ const (
 	kickLater
 )
 
+// repeatTurn is kick's turn for the ping loop's repeated calls while a peer stays suspected.
+const repeatTurn = -1
+
 // kick forces an election of group g on this node if peer, suspected down, leads it, this node has
 // not heard from it for suspectAfter, and it is this node's turn: its rank among the group's voters
-// that are not suspected is at most turn (a later turn is scheduled otherwise).
+// that are not suspected is at most turn (a later turn is scheduled otherwise). With repeatTurn
+// (the peer is still suspected) it also takes a group whose leader became unknown, as an earlier
+// voter's failed election leaves it: the first voter is kicked only while the peer is still its
+// leader (never twice: a second election of a voter that cannot win would disrupt the next
+// voter's), the others schedule their turns.
 func (g *Group) kick(peer string, turn int) kickOutcome {
 	if g.gt == nil || g.raft.State() != raft.Follower {
 		return kickNone
@@ -100,13 +114,28 @@ func (g *Group) kick(peer string, turn int) kickOutcome {
 	if rank < 0 {
 		return kickNone // not a voter
 	}
+	if turn == repeatTurn {
+		if rank == 0 && string(lid) != peer {
+			return kickNone // its election was forced already, and failed: the next voter's turn
+		}
+		turn = 0
+	}
 	if rank > turn {
 		g.emu.Lock()
+		defer g.emu.Unlock()
+		if g.kickArmed {
+			return kickNone // this node's turn is scheduled already (a repeated call)
+		}
 		if g.kickTimer != nil {
 			g.kickTimer.Stop()
 		}
-		g.kickTimer = time.AfterFunc(time.Duration(rank-turn)*kickStagger, func() { g.kick(peer, rank) })
-		g.emu.Unlock()
+		g.kickArmed = true
+		g.kickTimer = time.AfterFunc(time.Duration(rank-turn)*kickStagger, func() {
+			g.emu.Lock()
+			g.kickArmed = false
+			g.emu.Unlock()
+			g.kick(peer, rank)
+		})
 		return kickLater
 	}
 	g.gt.enqueue(inReq{kind: kindTimeoutNow, cmd: &raft.TimeoutNowRequest{RPCHeader: raft.RPCHeader{

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -84,6 +85,8 @@ type fwdConn struct {
 	dead    bool
 	nextID  uint64
 	pending map[uint64]*fwdPending
+	// lastRead is when the reader last got a frame (UnixNano; the dial time before the first).
+	lastRead atomic.Int64
 }
 
 // fwdPending is a request awaiting its answer: a proposal (p) or a membership change (reply).
@@ -92,6 +95,7 @@ type fwdPending struct {
 	p        *proposal
 	reply    chan fwdReply // capacity 1
 	deadline time.Time
+	sent     time.Time // when it was registered
 }
 
 type fwdReply struct {
@@ -143,6 +147,7 @@ func (cl *fwdClient) getConn() (*fwdConn, error) {
 		done:    make(chan struct{}),
 		pending: make(map[uint64]*fwdPending),
 	}
+	fc.lastRead.Store(time.Now().UnixNano())
 	started := cl.n.goTracked(fc.writeLoop) &&
 		cl.n.goTracked(func() { fc.readLoop(bufio.NewReaderSize(c, 64<<10)) }) &&
 		cl.n.goTracked(fc.sweepLoop)
@@ -162,6 +167,7 @@ func (fc *fwdConn) register(pd *fwdPending) (uint64, bool) {
 		return 0, false
 	}
 	fc.nextID++
+	pd.sent = time.Now()
 	fc.pending[fc.nextID] = pd
 	return fc.nextID, true
 }
@@ -279,6 +285,7 @@ func (fc *fwdConn) readLoop(br *bufio.Reader) {
 			fc.teardown(err)
 			return
 		}
+		fc.lastRead.Store(time.Now().UnixNano())
 		d := decoder{b: body}
 		id := d.uvarint()
 		code := d.byte()
@@ -318,7 +325,8 @@ func (fc *fwdConn) deliver(pd *fwdPending, r fwdReply) {
 	}
 }
 
-// sweepLoop fails forwarded requests whose deadline passed without an answer.
+// sweepLoop fails forwarded requests whose deadline passed without an answer, and tears the
+// connection down when it has stalled (see stalled).
 func (fc *fwdConn) sweepLoop() {
 	t := time.NewTicker(fwdSweepInterval)
 	defer t.Stop()
@@ -327,6 +335,10 @@ func (fc *fwdConn) sweepLoop() {
 		case <-fc.done:
 			return
 		case now := <-t.C:
+			if fc.stalled(now) {
+				fc.teardown(fmt.Errorf("no answer for %v from %s, which answers no pings", suspectAfter, fc.cl.addr))
+				return
+			}
 			var expired []*fwdPending
 			fc.mu.Lock()
 			for id, pd := range fc.pending {
@@ -346,6 +358,28 @@ func (fc *fwdConn) sweepLoop() {
 			}
 		}
 	}
+}
+
+// stalled reports whether a request has waited suspectAfter and nothing was read from the peer
+// for as long, while the peer answers no pings either. A partitioned peer resets no connection:
+// without this its requests would wait for their deadlines (and fail) although the groups elect a
+// new leader within seconds. The teardown hands them back for a retry at whichever node leads
+// then, as after a reset (the state machines dedupe a command applied twice). A slow peer that
+// still answers something, or still answers pings, keeps its connection.
+func (fc *fwdConn) stalled(now time.Time) bool {
+	if now.Sub(time.Unix(0, fc.lastRead.Load())) < suspectAfter {
+		return false
+	}
+	waiting := false
+	fc.mu.Lock()
+	for _, pd := range fc.pending {
+		if now.Sub(pd.sent) >= suspectAfter {
+			waiting = true
+			break
+		}
+	}
+	fc.mu.Unlock()
+	return waiting && fc.cl.n.live.suspectedAddr(fc.cl.addr)
 }
 
 // teardown closes the connection once and hands every pending request back for a retry.

@@ -110,6 +110,7 @@ type Group struct {
 	emu       sync.Mutex
 	wasLeader bool        // the leadership last reported to OnLeader
 	kickTimer *time.Timer // a later turn at forcing an election (failover.go)
+	kickArmed bool        // kickTimer is set and has not fired
 
 	stop      chan struct{}
 	wg        sync.WaitGroup // local waiter and retry loop
@@ -145,6 +146,8 @@ type proposal struct {
 	attempts  int
 	notBefore time.Time
 	lastErr   error
+	// leaderOnly: applied only while this node leads, never forwarded nor retried (ProposeAsLeader).
+	leaderOnly bool
 }
 
 func (p *proposal) expired(now time.Time) bool {
@@ -484,6 +487,16 @@ func (g *Group) ProposeAsync(cmd []byte, timeout time.Duration, done func(Result
 	g.submitNew(p)
 }
 
+// ProposeAsLeader is ProposeAsync for a decision only this node's leadership entitles it to make
+// (a leader's verdict that a member is down, say): it is applied only if this node leads the group
+// now, and fails (ErrNotLeader, or the lost leadership) instead of being forwarded or retried. A
+// leader cut off from its group must not have such a command committed by the next leader after the
+// partition heals, when the verdict is stale.
+func (g *Group) ProposeAsLeader(cmd []byte, timeout time.Duration, done func(Result, error)) {
+	p := &proposal{cmd: cmd, deadline: time.Now().Add(timeout), done: done, leaderOnly: true}
+	g.submit(p)
+}
+
 // submitNew submits a new proposal, behind the queued retries so that one proposer's commands keep their
 // order while the leader is unknown.
 func (g *Group) submitNew(p *proposal) {
@@ -517,6 +530,10 @@ func (g *Group) submit(p *proposal) {
 		g.outstanding.Add(1) // under submitMu, with closed checked: see Close
 		f := g.raft.Apply(p.cmd, p.deadline.Sub(now))
 		g.awaitLocal(localItem{p: p, f: f, start: time.Now()})
+		return
+	}
+	if p.leaderOnly {
+		g.finish(p, Result{}, fmt.Errorf("cluster: group %d (%s): propose as leader: %w", g.id, g.name, raft.ErrNotLeader))
 		return
 	}
 	addr, id := g.raft.LeaderWithID()
@@ -587,6 +604,10 @@ func (g *Group) localWaiter() {
 				continue
 			}
 			g.finish(it.p, res, nil)
+			continue
+		}
+		if it.p.leaderOnly {
+			g.finish(it.p, Result{}, fmt.Errorf("cluster: group %d (%s): propose as leader: %w", g.id, g.name, err))
 			continue
 		}
 		it.p.lastErr = err

@@ -33,14 +33,31 @@ func (n *Node) GroupMetrics() []GroupMetrics {
 	n.mu.Unlock()
 	out := make([]GroupMetrics, 0, len(groups))
 	for _, g := range groups {
+		term, leader := g.termAndLeader()
 		out = append(out, GroupMetrics{
-			ID: g.id, Name: g.name, Leader: g.IsLeader(),
-			Term: g.raft.CurrentTerm(), CommitIndex: g.raft.CommitIndex(), LastIndex: g.raft.LastIndex(),
+			ID: g.id, Name: g.name, Leader: leader,
+			Term: term, CommitIndex: g.raft.CommitIndex(), LastIndex: g.raft.LastIndex(),
 			Applied: g.AppliedIndex(), CommitLatency: time.Duration(g.commitNanos.Load()),
 		})
 	}
 	slices.SortFunc(out, func(a, b GroupMetrics) int { return cmp.Compare(a.ID, b.ID) })
 	return out
+}
+
+// termAndLeader reads the group's term and whether this node leads it as one consistent pair,
+// so that a scrape never shows a node leading a term it does not lead (a partition test looks
+// for two leaders of one term). Raft's term and state are separate atomics; a leader keeps its
+// term for as long as it leads, and raft leaves the leader state before it takes a newer term,
+// so the state read between two equal term reads is the state of that term. The term changes
+// only at elections: a second try almost always agrees.
+func (g *Group) termAndLeader() (uint64, bool) {
+	for {
+		term := g.raft.CurrentTerm()
+		leader := g.IsLeader()
+		if g.raft.CurrentTerm() == term {
+			return term, leader
+		}
+	}
 }
 
 // observeCommit folds one proposal's commit time into the moving average: one atomic load and

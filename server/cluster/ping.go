@@ -44,6 +44,18 @@ func (l *liveness) up(id string) bool {
 	return st != nil && st.up
 }
 
+// suspectedAddr reports whether the member at addr has answered no ping for suspectAfter.
+func (l *liveness) suspectedAddr(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.peers {
+		if st.addr == addr {
+			return st.suspect
+		}
+	}
+	return false
+}
+
 // suspected reports whether member id has answered no ping for suspectAfter.
 func (l *liveness) suspected(id string) bool {
 	l.mu.Lock()
@@ -84,7 +96,7 @@ func (n *Node) pingLoop() {
 			up bool
 		}
 		var changes []change
-		var suspects []string
+		var suspects, stillSuspect []string
 		n.live.mu.Lock()
 		want := make(map[string]string, len(members))
 		for _, m := range members {
@@ -117,12 +129,19 @@ func (n *Node) pingLoop() {
 			sus := now.Sub(st.lastOK) >= suspectAfter
 			if sus && !st.suspect {
 				suspects = append(suspects, id)
+			} else if sus {
+				stillSuspect = append(stillSuspect, id)
 			}
 			st.suspect = sus
 		}
 		n.live.mu.Unlock()
 		for _, id := range suspects {
-			n.failover(id)
+			n.failover(id, true)
+		}
+		// A peer that stays suspected is asked again at every tick: it may have been suspected
+		// while its groups still heard from it (a degraded link), and lost them only later.
+		for _, id := range stillSuspect {
+			n.failover(id, false)
 		}
 		for _, c := range changes {
 			if c.up {

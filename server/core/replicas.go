@@ -88,13 +88,23 @@ type groupReplicator struct {
 	g atomic.Pointer[cluster.Group]
 }
 
-func (r *groupReplicator) Propose(cmd []byte, done func([]byte, error)) {
+func (r *groupReplicator) Propose(cmd []byte, done func(uint64, []byte, error)) {
 	g := r.g.Load()
 	if g == nil {
-		go done(nil, errors.New("replicated queue group not started"))
+		go done(0, nil, errors.New("replicated queue group not started"))
 		return
 	}
-	g.ProposeAsync(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Data, err) })
+	g.ProposeAsync(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Index, res.Data, err) })
+}
+
+// ProposeAsLeader implements queue.LeaderProposer.
+func (r *groupReplicator) ProposeAsLeader(cmd []byte, done func(uint64, []byte, error)) {
+	g := r.g.Load()
+	if g == nil {
+		go done(0, nil, errors.New("replicated queue group not started"))
+		return
+	}
+	g.ProposeAsLeader(cmd, metaTimeout, func(res cluster.Result, err error) { done(res.Index, res.Data, err) })
 }
 
 func (r *groupReplicator) IsLeader() bool {

@@ -11,7 +11,9 @@ import (
 // into one ordered log, which a single applier goroutine (the FSM goroutine) applies to every
 // replica in order; the proposer's done gets the leader replica's answer. A test can change the
 // leader, apply every command twice (a retry after a lost leadership), hold proposals until it
-// flushes them, or make a node's proposals fail (no quorum from there).
+// flushes them, make a node's proposals fail (no quorum from there), or make a replica lag: it
+// applies the log only when the test lets it catch up, after the proposers got their answers (as
+// a follower does that applies a forwarded command after the leader answered it).
 type memCluster struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -26,13 +28,23 @@ type memCluster struct {
 	fail    func(node int, cmd *Command) bool
 	applied []Command // every command applied, decoded (for assertions)
 	// cut lists replicas that miss the log (a follower cut off); they catch up with a snapshot.
-	cut  map[int]bool
-	done chan struct{}
+	cut map[int]bool
+	// lag lists replicas that apply the log later: their entries wait in backlog until catchUp.
+	lag     map[int]bool
+	backlog map[int][]logEntry
+	catchup []int // replicas to catch up, by the FSM goroutine
+	done    chan struct{}
 }
 
 type proposal struct {
 	cmd  []byte
-	done func([]byte, error)
+	done func(uint64, []byte, error)
+}
+
+// logEntry is a command at its log index, waiting for a lagging replica.
+type logEntry struct {
+	index uint64
+	cmd   []byte
 }
 
 var errNoQuorum = errors.New("test: no quorum")
@@ -97,18 +109,18 @@ func (c *memCluster) setLeader(node int) {
 	}
 }
 
-func (c *memCluster) propose(node int, cmd []byte, done func([]byte, error)) {
+func (c *memCluster) propose(node int, cmd []byte, done func(uint64, []byte, error)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fail != nil {
 		var dc Command
 		if _, err := DecodeCommand(cmd, &dc); err == nil && c.fail(node, &dc) {
-			go done(nil, errNoQuorum)
+			go done(0, nil, errNoQuorum)
 			return
 		}
 	}
 	if c.closed {
-		go done(nil, errors.New("test: cluster closed"))
+		go done(0, nil, errors.New("test: cluster closed"))
 		return
 	}
 	c.log = append(c.log, proposal{cmd, done})
@@ -127,37 +139,76 @@ func (c *memCluster) flush(t *testing.T) {
 	c.mu.Unlock()
 }
 
+// setLag makes replica i lag (catchUp ends it).
+func (c *memCluster) setLag(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lag == nil {
+		c.lag, c.backlog = make(map[int]bool), make(map[int][]logEntry)
+	}
+	c.lag[i] = true
+}
+
+// catchUp makes lagging replica i apply its backlog (on the FSM goroutine) and waits for it.
+func (c *memCluster) catchUp(t *testing.T, i int) {
+	c.mu.Lock()
+	c.catchup = append(c.catchup, i)
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	waitFor(t, "replica caught up", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return !c.lag[i] })
+}
+
 // run is the FSM goroutine.
 func (c *memCluster) run() {
 	defer close(c.done)
 	for {
 		c.mu.Lock()
-		for !c.closed && (len(c.log) == 0 || c.held) {
+		for !c.closed && len(c.catchup) == 0 && (len(c.log) == 0 || c.held) {
 			c.cond.Wait()
 		}
 		if c.closed {
 			for _, p := range c.log {
-				go p.done(nil, errors.New("test: cluster closed"))
+				go p.done(0, nil, errors.New("test: cluster closed"))
 			}
 			c.mu.Unlock()
 			return
+		}
+		if len(c.catchup) > 0 {
+			i := c.catchup[0]
+			c.catchup = c.catchup[1:]
+			backlog, q := c.backlog[i], c.replicas[i]
+			delete(c.backlog, i)
+			c.mu.Unlock()
+			for _, e := range backlog {
+				q.Apply(e.index, e.cmd)
+			}
+			c.mu.Lock()
+			delete(c.lag, i)
+			c.mu.Unlock()
+			continue
 		}
 		p := c.log[0]
 		rs, leader, twice, cut := c.replicas, c.leader, c.twice, c.cut
 		c.mu.Unlock()
 		var resp []byte
+		var idx uint64
 		for n := 0; n < 1+boolInt(twice); n++ {
 			c.mu.Lock()
 			c.index++
-			idx := c.index
+			idx = c.index
 			var dc Command
 			if _, err := DecodeCommand(p.cmd, &dc); err == nil {
 				dc.Tags, dc.Epochs, dc.Seqs = append([]Tag(nil), dc.Tags...), append([]uint16(nil), dc.Epochs...), append([]uint64(nil), dc.Seqs...)
 				c.applied = append(c.applied, dc)
 			}
+			lagging := make(map[int]bool, len(c.lag))
+			for i := range c.lag {
+				lagging[i] = true
+				c.backlog[i] = append(c.backlog[i], logEntry{idx, p.cmd})
+			}
 			c.mu.Unlock()
 			for i, q := range rs {
-				if cut[i] {
+				if cut[i] || lagging[i] {
 					continue
 				}
 				// With twice, the proposer gets the retry's answer, as after a lost leadership.
@@ -169,7 +220,7 @@ func (c *memCluster) run() {
 		c.mu.Lock()
 		c.log = c.log[1:]
 		c.mu.Unlock()
-		p.done(resp, nil) // the cluster layer's goroutine, not the FSM's: no replica lock is held
+		p.done(idx, resp, nil) // the cluster layer's goroutine, not the FSM's: no replica lock is held
 	}
 }
 
@@ -199,7 +250,9 @@ type memRep struct {
 	node int
 }
 
-func (r *memRep) Propose(cmd []byte, done func([]byte, error)) { r.c.propose(r.node, cmd, done) }
+func (r *memRep) Propose(cmd []byte, done func(uint64, []byte, error)) {
+	r.c.propose(r.node, cmd, done)
+}
 
 func (r *memRep) IsLeader() bool {
 	r.c.mu.Lock()

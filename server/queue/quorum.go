@@ -20,14 +20,25 @@ import (
 
 // Replicator orders the commands of a replicated queue: in Warren, its Raft group.
 type Replicator interface {
-	// Propose replicates cmd. done is called once, from another goroutine, with what Apply returned on
-	// the leader, or with an error if the command could not be committed in time. A command may be
-	// applied more than once (a retry after a lost leadership); the State dedupes what matters.
-	Propose(cmd []byte, done func(resp []byte, err error))
+	// Propose replicates cmd. done is called once, from another goroutine, with the command's log
+	// index and what Apply returned on the leader, or with an error if the command could not be
+	// committed in time. The answer can come before this node's replica has applied the command
+	// (the leader answers a forwarded proposal once it applied it), so a proposer that needs its
+	// own replica to have seen the command compares index with what the replica applied. A command
+	// may be applied more than once (a retry after a lost leadership); the State dedupes what
+	// matters, and index is the last application's.
+	Propose(cmd []byte, done func(index uint64, resp []byte, err error))
 	// IsLeader reports whether this node leads the group now. Work that the cluster needs done
 	// once (timer ticks, dead-letter hand-over) is started by the leader; none of it depends on
 	// the answer being exact.
 	IsLeader() bool
+}
+
+// LeaderProposer is implemented by a Replicator that can propose a command only while this node
+// leads, never forwarding or retrying it elsewhere: a leader's verdict that a node is down must not
+// be committed by the next leader after a partition heals (NodeDown uses it when it can).
+type LeaderProposer interface {
+	ProposeAsLeader(cmd []byte, done func(index uint64, resp []byte, err error))
 }
 
 // QuorumConfig is OpenConfig.Extra for a quorum queue (QuorumType), and for a durable classic
@@ -157,6 +168,10 @@ type quorumConsumer struct {
 	// after a snapshot is installed the node hands over what the state assigned in the log it
 	// skipped, and nothing twice.
 	out map[uint64]uint32
+	// index is the log index of the consumer's CmdConsume, known once the leader answered it
+	// (0 before). Until this replica has applied that index, the consumer's absence from the
+	// replicated state means nothing: the leader can answer before this replica applies.
+	index uint64
 }
 
 // OpenQuorum creates this node's replica of a replicated queue and starts its dispatcher. Its
@@ -227,7 +242,7 @@ func encode(cmd *Command, size int) []byte {
 // unchanged, so e.g. an ack that did not make it leaves the message unacked until its consumer
 // goes away).
 func (q *Quorum) propose(cmd *Command, then func(err error)) {
-	q.rep.Propose(encode(cmd, 16+10*len(cmd.Tags)), func(_ []byte, err error) {
+	q.rep.Propose(encode(cmd, 16+10*len(cmd.Tags)), func(_ uint64, _ []byte, err error) {
 		if err != nil {
 			q.log.Warn("replicated queue command not committed", "queue", q.name, "command", cmd.Type, "err", err)
 		}
@@ -237,27 +252,30 @@ func (q *Quorum) propose(cmd *Command, then func(err error)) {
 	})
 }
 
-// proposeWait replicates a command and waits for the leader's answer.
-func (q *Quorum) proposeWait(cmd *Command) (Reply, error) {
+// proposeWait replicates a command and waits for the leader's answer; it also returns the
+// command's log index.
+func (q *Quorum) proposeWait(cmd *Command) (Reply, uint64, error) {
 	type result struct {
-		resp []byte
-		err  error
+		index uint64
+		resp  []byte
+		err   error
 	}
 	ch := make(chan result, 1)
-	q.rep.Propose(encode(cmd, 32), func(resp []byte, err error) { ch <- result{resp, err} })
+	q.rep.Propose(encode(cmd, 32), func(index uint64, resp []byte, err error) { ch <- result{index, resp, err} })
 	var r result
 	select {
 	case r = <-ch:
 	case <-q.quit:
-		return Reply{}, ErrGone
+		return Reply{}, 0, ErrGone
 	}
 	if r.err != nil {
-		return Reply{}, fmt.Errorf("%w: %v", ErrNoQuorum, r.err)
+		return Reply{}, 0, fmt.Errorf("%w: %v", ErrNoQuorum, r.err)
 	}
 	if r.resp == nil {
-		return Reply{Stale: true}, nil
+		return Reply{Stale: true}, r.index, nil
 	}
-	return decodeReply(r.resp)
+	reply, err := decodeReply(r.resp)
+	return reply, r.index, err
 }
 
 // Publish implements Queue: done gets nil once the message is on a majority, ErrRejected for a
@@ -287,7 +305,7 @@ func (q *Quorum) Publish(msg *Message, done Done) PublishStatus {
 	}
 	cmd := Command{Type: CmdEnqueue, Msg: msg, Producer: q.producer, Seq: q.seq.Add(1)}
 	b := encode(&cmd, 48+len(msg.Body)+len(msg.Props)+len(msg.Exchange)+len(msg.RoutingKey))
-	q.rep.Propose(b, func(resp []byte, err error) {
+	q.rep.Propose(b, func(_ uint64, resp []byte, err error) {
 		<-q.slots
 		if err != nil {
 			err = fmt.Errorf("%w: %v", ErrNoQuorum, err)
@@ -329,7 +347,7 @@ func (q *Quorum) Consume(spec ConsumeSpec, c Consumer) error {
 	q.mu.Unlock()
 	cmd := Command{Type: CmdConsume, Consumer: spec.ID, Prefetch: prefetch, Priority: spec.Priority,
 		NoAck: spec.NoAck, Exclusive: spec.Exclusive, Credited: true, Credit: window}
-	r, err := q.proposeWait(&cmd)
+	r, index, err := q.proposeWait(&cmd)
 	if err == nil && (r.Refused || r.Stale) {
 		err = ErrInExclusiveUse
 		if r.Stale {
@@ -363,7 +381,7 @@ func (q *Quorum) Consume(spec ConsumeSpec, c Consumer) error {
 	if spec.OnAdded != nil {
 		spec.OnAdded()
 	}
-	cc.pending = false
+	cc.pending, cc.index = false, max(index, 1)
 	q.outbox = append(q.outbox, cc.held...)
 	cc.held = nil
 	q.mu.Unlock()
@@ -422,7 +440,7 @@ func (q *Quorum) Settle(id ConsumerID, op SettleOp, tags []Tag) error {
 func (q *Quorum) Get(noAck bool) (Delivery, int, bool, error) {
 	cmd := Command{Type: CmdGet, NoAck: noAck, Owner: uint32(q.node)<<16 | uint32(q.epoch),
 		Producer: q.producer, Seq: q.seq.Add(1)}
-	r, err := q.proposeWait(&cmd)
+	r, _, err := q.proposeWait(&cmd)
 	if err != nil {
 		return Delivery{}, 0, false, err
 	}
@@ -435,7 +453,7 @@ func (q *Quorum) Get(noAck bool) (Delivery, int, bool, error) {
 // Purge implements Queue.
 func (q *Quorum) Purge() (int, error) {
 	cmd := Command{Type: CmdPurge, Producer: q.producer, Seq: q.seq.Add(1)}
-	r, err := q.proposeWait(&cmd)
+	r, _, err := q.proposeWait(&cmd)
 	if err != nil {
 		return 0, err
 	}
@@ -536,7 +554,18 @@ func (q *Quorum) NodeDown(node uint16) {
 		return
 	}
 	slices.Sort(epochs)
-	q.propose(&Command{Type: CmdNodeReset, Node: node, Epochs: epochs}, nil)
+	cmd := &Command{Type: CmdNodeReset, Node: node, Epochs: epochs}
+	lp, ok := q.rep.(LeaderProposer)
+	if !ok {
+		q.propose(cmd, nil)
+		return
+	}
+	lp.ProposeAsLeader(encode(cmd, 16), func(_ uint64, _ []byte, err error) {
+		if err != nil {
+			// A leader that lost its leadership meanwhile: the next leader decides for itself.
+			q.log.Info("node reset not committed by this leader", "queue", q.name, "node", node, "err", err)
+		}
+	})
 }
 
 // Rejoin proposes the removal of this node's consumers and basic.get messages from its earlier
@@ -620,14 +649,19 @@ func (q *Quorum) Apply(index uint64, data []byte) []byte {
 	if isUse(q.cmd.Type) && q.exp.used(q.s.now) {
 		kick = true // the dispatcher re-arms the x-expires timer
 	}
-	if q.cmd.Type == CmdNodeReset && q.cmd.Node == q.node {
+	switch {
+	case q.cmd.Type == CmdNodeReset && q.cmd.Node == q.node:
 		for id, cc := range q.consumers {
-			if !cc.pending && !q.s.m.hasConsumer(id) {
+			if q.droppedLocked(id, cc) {
 				q.lost = append(q.lost, cc.c)
 				delete(q.consumers, id)
 				kick = true
 			}
 		}
+	case q.cmd.Type == CmdConsume && q.consumers[q.cmd.Consumer] == nil && q.s.m.hasConsumer(q.cmd.Consumer):
+		// One of this boot's consumers attached in the log after it went away here (its
+		// consume timed out, say, and was committed later): detach it as route does.
+		kick = q.reapLocked(q.cmd.Consumer) || kick
 	}
 	q.expiry, q.hasExpiry = fx.NextExpiry, fx.HasExpiry
 	var resp []byte
@@ -655,14 +689,7 @@ func (q *Quorum) route(ds []Delivery) bool {
 			// One of this boot's consumers that went away before its removal was applied (or
 			// whose removal failed): only this node knows, so this node detaches it and gives its
 			// messages back, this one included.
-			if c := d.Consumer; ConsumerNode(c) == q.node && ConsumerEpoch(c) == q.epoch && !q.reaping[c] {
-				if q.reaping == nil {
-					q.reaping = make(map[ConsumerID]bool)
-				}
-				q.reaping[c] = true
-				q.stale = append(q.stale, c)
-				work = true
-			}
+			work = q.reapLocked(d.Consumer) || work
 		case cc.pending:
 			cc.held = append(cc.held, d)
 		default:
@@ -671,6 +698,27 @@ func (q *Quorum) route(ds []Delivery) bool {
 		}
 	}
 	return work
+}
+
+// reapLocked queues the removal of consumer c from the replicated state if it is one of this
+// boot's and not being removed already (q.mu held); it reports whether the dispatcher has work.
+func (q *Quorum) reapLocked(c ConsumerID) bool {
+	if ConsumerNode(c) != q.node || ConsumerEpoch(c) != q.epoch || q.reaping[c] {
+		return false
+	}
+	if q.reaping == nil {
+		q.reaping = make(map[ConsumerID]bool)
+	}
+	q.reaping[c] = true
+	q.stale = append(q.stale, c)
+	return true
+}
+
+// droppedLocked reports whether the replicated state dropped local consumer cc (q.mu held): it
+// is not in the state although this replica has applied its consume. A consumer whose consume
+// is pending or not yet applied here (the leader answered first) is not dropped.
+func (q *Quorum) droppedLocked(id ConsumerID, cc *quorumConsumer) bool {
+	return !cc.pending && cc.index != 0 && cc.index <= q.applied && !q.s.m.hasConsumer(id)
 }
 
 // Snapshot returns a whole snapshot in memory (CaptureSnapshot, forced, then WriteTo): for tests
@@ -764,7 +812,8 @@ func (q *Quorum) reconcileLocked() {
 	for id, cc := range q.consumers {
 		cc.held = nil
 		if !q.s.m.hasConsumer(id) {
-			if !cc.pending { // a pending consume's command may still be ahead in the log
+			// A consume not yet applied here may still be ahead in the log.
+			if q.droppedLocked(id, cc) {
 				q.lost = append(q.lost, cc.c)
 				delete(q.consumers, id)
 			}

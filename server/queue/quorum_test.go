@@ -634,3 +634,47 @@ func TestQuorumRestoreReconcilesConsumers(t *testing.T) {
 		t.Fatalf("kept consumer got %v", bodies)
 	}
 }
+
+// The leader answers a consume before the consumer's node has applied it: that node's replica
+// must not take the consumer for one the state dropped when it applies an earlier reset of its
+// own node (its Rejoin, say), and the consumer gets its messages once the replica caught up.
+func TestQuorumConsumeAnsweredBeforeLocalApply(t *testing.T) {
+	c := newCluster(t)
+	a := c.add(t, OpenConfig{}, false)
+	b := c.add(t, OpenConfig{}, false)
+	c.setLag(1)
+	b.Rejoin() // node 2's reset of its earlier boots, ahead of the consume in the log
+	cons := &tconsumer{}
+	consume(t, b, ConsumeSpec{ID: cid(1, 1), Prefetch: 10}, cons)
+	publishOK(t, a, body("m"))
+	c.catchUp(t, 1)
+	waitFor(t, "the delivery on node 2", func() bool { return cons.count() == 1 })
+	if got := cons.cancels(); len(got) != 0 {
+		t.Fatalf("node 2 cancelled its consumer (%v) although the state has it: %s", got, fmtStats(a))
+	}
+	if st := b.Stats(); st.Consumers != 1 || st.Unacked != 1 {
+		t.Fatalf("node 2's replica: %s", fmtStats(b))
+	}
+	// A consumer really dropped by a reset of node 2's current epoch is told, once applied.
+	a.Apply(0, AppendCommand(nil, &Command{Type: CmdNodeReset, Node: 2, Epochs: []uint16{1}}, nowMs()))
+	b.Apply(0, AppendCommand(nil, &Command{Type: CmdNodeReset, Node: 2, Epochs: []uint16{1}}, nowMs()))
+	waitFor(t, "the dropped consumer told", func() bool { return len(cons.cancels()) == 1 })
+	if got := cons.cancels(); got[0] != CancelUnavailable {
+		t.Fatalf("cancel reason %v", got)
+	}
+}
+
+// A consume of this node's current boot that the log applies after the consumer went away here
+// (its proposal timed out and was committed later) is detached again by this node: it does not
+// stay in the replicated state holding deliveries nobody gets.
+func TestQuorumLateConsumeOfAGoneConsumerIsDetached(t *testing.T) {
+	c := newCluster(t)
+	a := c.add(t, OpenConfig{}, false)
+	b := c.add(t, OpenConfig{}, false)
+	late := AppendCommand(nil, &Command{Type: CmdConsume, Consumer: cid(1, 9), Credited: true, Credit: 10}, nowMs())
+	c.propose(1, late, func(uint64, []byte, error) {})
+	waitFor(t, "the late consumer detached on every replica", func() bool {
+		return c.count(CmdCancel, func(cmd *Command) bool { return cmd.Consumer == cid(1, 9) }) == 1 &&
+			a.Stats().Consumers == 0 && b.Stats().Consumers == 0
+	})
+}

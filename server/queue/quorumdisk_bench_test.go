@@ -13,8 +13,8 @@ import (
 // nopRep is a Replicator whose proposals are dropped: the benchmark applies commands itself.
 type nopRep struct{}
 
-func (nopRep) Propose(_ []byte, done func([]byte, error)) { go done(nil, nil) }
-func (nopRep) IsLeader() bool                             { return false }
+func (nopRep) Propose(_ []byte, done func(uint64, []byte, error)) { go done(0, nil, nil) }
+func (nopRep) IsLeader() bool                                     { return false }
 
 // BenchmarkQuorumSnapshotBacklog measures a replica snapshot with a backlog of 1 KB persistent
 // messages (WARREN_SNAPSHOT_BACKLOG, default 100,000) applied through Apply: blocked-ms is how
