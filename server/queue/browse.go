@@ -225,7 +225,7 @@ func (q *Quorum) Peek(n int) ([]Delivery, error) {
 func (q *Quorum) GetID(id uint64) (Delivery, bool, error) {
 	cmd := Command{Type: CmdTake, ID: id, Owner: uint32(q.node)<<16 | uint32(q.epoch),
 		Producer: q.producer, Seq: q.seq.Add(1)}
-	r, err := q.proposeWait(&cmd)
+	r, _, err := q.proposeWait(&cmd)
 	if err != nil {
 		return Delivery{}, false, err
 	}
