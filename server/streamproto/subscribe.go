@@ -157,8 +157,7 @@ func (c *conn) startSubscription(s *subscription) {
 		s.wake()
 		return
 	}
-	c.s.wg.Add(1)
-	go s.run()
+	c.s.net.Go(s.run)
 }
 
 // stopSubscription stops a subscription's goroutine (without waiting) and leaves its group.
@@ -208,7 +207,6 @@ func (c *conn) unsubscribe(frame []byte) error {
 // run is the subscription's goroutine.
 func (s *subscription) run() {
 	c := s.c
-	defer c.s.wg.Done()
 	limit := c.s.cfg.OutboundBytes
 	for {
 		if s.stopped.Load() {
