@@ -335,9 +335,10 @@ func (h *killHarness) fail(format string, args ...any) {
 	h.errs = append(h.errs, fmt.Sprintf(format, args...))
 }
 
-// publisher p publishes persistent messages with ids p<p>-<seq> in confirm mode, keeping at most
-// window unconfirmed, reconnecting after every broker death until the harness stops.
-func (h *killHarness) publisher(p int) {
+// publisher p publishes in confirm mode messages with ids <prefix><p>-<seq> and the delivery
+// mode mode(seq), keeping at most window unconfirmed, reconnecting after every broker death
+// until the harness stops. Confirmed ids are recorded by settle.
+func (h *killHarness) publisher(p int, prefix string, mode func(seq int) uint8) {
 	defer h.wg.Done()
 	seq := 0
 	for {
@@ -350,11 +351,14 @@ func (h *killHarness) publisher(p int) {
 			err = ch.Confirm(false)
 		}
 		if err == nil {
-			h.publishSession(p, ch, &seq)
+			h.publishSession(p, ch, &seq, prefix, mode)
 		}
 		_ = conn.Close()
 	}
 }
+
+// persistentMode is the delivery mode of every classic and quorum kill-test message.
+func persistentMode(int) uint8 { return amqp.Persistent }
 
 type outstanding struct {
 	dc *amqp.DeferredConfirmation
@@ -379,7 +383,7 @@ func isDone(dc *amqp.DeferredConfirmation) bool {
 	}
 }
 
-func (h *killHarness) publishSession(p int, ch *amqp.Channel, seq *int) {
+func (h *killHarness) publishSession(p int, ch *amqp.Channel, seq *int, prefix string, mode func(seq int) uint8) {
 	var window []outstanding
 	defer func() {
 		// Every pending confirmation completes: with an ack or nack, or unacked when the channel
@@ -389,7 +393,7 @@ func (h *killHarness) publishSession(p int, ch *amqp.Channel, seq *int) {
 			case <-o.dc.Done():
 				h.settle(o)
 			case <-time.After(30 * time.Second):
-				h.fail("publisher %d: no confirm, nack or channel close for %s within 30s", p, o.id)
+				h.fail("publisher %s%d: no confirm, nack or channel close for %s within 30s", prefix, p, o.id)
 				return
 			}
 		}
@@ -409,11 +413,12 @@ func (h *killHarness) publishSession(p int, ch *amqp.Channel, seq *int) {
 			h.settle(window[0])
 			window = window[1:]
 		}
-		id := fmt.Sprintf("p%d-%07d", p, *seq)
+		id := fmt.Sprintf("%s%d-%07d", prefix, p, *seq)
+		dm := mode(*seq)
 		*seq++
 		h.published.Add(1)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", h.queue, false, false,
-			amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: id, Body: killBody(id, h.size)})
+			amqp.Publishing{DeliveryMode: dm, MessageId: id, Body: killBody(id, h.size)})
 		if err != nil {
 			return
 		}
@@ -507,7 +512,7 @@ func TestKill9Loop(t *testing.T) {
 	h.url.Store(&url)
 	for p := range publishers {
 		h.wg.Add(1)
-		go h.publisher(p)
+		go h.publisher(p, "p", persistentMode)
 	}
 	h.wg.Add(1)
 	go h.consumer()

@@ -4,8 +4,6 @@ package conformance
 // keeps every offset and every stored (named) consumer offset.
 
 import (
-	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -16,71 +14,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// streamKillPublisher publishes to the stream through the default exchange in confirm mode,
-// alternating persistent (even sequence numbers) and transient (odd) messages with ids
-// s<p>-<seq>, reconnecting after every broker death until the harness stops.
-func (h *killHarness) streamKillPublisher(p int) {
-	defer h.wg.Done()
-	seq := 0
-	for {
-		conn := h.connect()
-		if conn == nil {
-			return
-		}
-		ch, err := conn.Channel()
-		if err == nil {
-			err = ch.Confirm(false)
-		}
-		if err == nil {
-			h.streamPublishSession(p, ch, &seq)
-		}
-		_ = conn.Close()
+// alternatingMode makes even sequence numbers persistent and odd ones transient: the stream
+// kill test's publishers (ids s<p>-<seq>) send both.
+func alternatingMode(seq int) uint8 {
+	if seq%2 == 1 {
+		return amqp.Transient
 	}
-}
-
-// streamPublishSession publishes on ch until the harness stops or the channel fails, keeping at
-// most h.window confirmations outstanding, and records every acked id in h.confirmed.
-func (h *killHarness) streamPublishSession(p int, ch *amqp.Channel, seq *int) {
-	var window []outstanding
-	defer func() {
-		for _, o := range window {
-			select {
-			case <-o.dc.Done():
-				h.settle(o)
-			case <-time.After(30 * time.Second):
-				h.fail("stream publisher %d: no confirm, nack or channel close for %s within 30s", p, o.id)
-				return
-			}
-		}
-	}()
-	for !h.stopping() {
-		for len(window) > 0 {
-			if len(window) >= h.window {
-				select {
-				case <-window[0].dc.Done():
-				case <-h.stop:
-					return
-				}
-			} else if !isDone(window[0].dc) {
-				break
-			}
-			h.settle(window[0])
-			window = window[1:]
-		}
-		id := fmt.Sprintf("s%d-%07d", p, *seq)
-		mode := amqp.Persistent
-		if *seq%2 == 1 {
-			mode = amqp.Transient
-		}
-		*seq++
-		h.published.Add(1)
-		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", h.queue, false, false,
-			amqp.Publishing{DeliveryMode: mode, MessageId: id, Body: killBody(id, h.size)})
-		if err != nil {
-			return
-		}
-		window = append(window, outstanding{dc, id})
-	}
+	return amqp.Persistent
 }
 
 // streamOffsetOf returns the x-stream-offset header of a stream delivery.
@@ -178,7 +118,7 @@ func TestStreamKill9(t *testing.T) {
 	h.url.Store(&url)
 	for p := range publishers {
 		h.wg.Add(1)
-		go h.streamKillPublisher(p)
+		go h.publisher(p, "s", alternatingMode)
 	}
 	var stopOnce sync.Once
 	signalStop := func() { stopOnce.Do(func() { close(h.stop) }) }

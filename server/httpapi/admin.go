@@ -313,24 +313,24 @@ func topicJSON(p core.TopicPermissionInfo) map[string]any {
 	return map[string]any{"user": p.User, "vhost": p.VHost, "exchange": p.Exchange, "write": p.Write, "read": p.Read}
 }
 
-func (a *api) listPerms(w http.ResponseWriter, r *http.Request, keep func(core.PermissionInfo) bool) {
+// listKept writes, as a list, render of each of items that keep accepts (an empty list when none
+// is kept): the permission and topic-permission listings.
+func listKept[T any](w http.ResponseWriter, r *http.Request, items []T, keep func(T) bool, render func(T) map[string]any) {
 	out := []map[string]any{}
-	for _, p := range a.c.Permissions() {
-		if keep(p) {
-			out = append(out, permJSON(p))
+	for _, it := range items {
+		if keep(it) {
+			out = append(out, render(it))
 		}
 	}
 	writeList(w, r, out)
 }
 
+func (a *api) listPerms(w http.ResponseWriter, r *http.Request, keep func(core.PermissionInfo) bool) {
+	listKept(w, r, a.c.Permissions(), keep, permJSON)
+}
+
 func (a *api) listTopics(w http.ResponseWriter, r *http.Request, keep func(core.TopicPermissionInfo) bool) {
-	out := []map[string]any{}
-	for _, p := range a.c.TopicPermissions() {
-		if keep(p) {
-			out = append(out, topicJSON(p))
-		}
-	}
-	writeList(w, r, out)
+	listKept(w, r, a.c.TopicPermissions(), keep, topicJSON)
 }
 
 func (a *api) permissions(w http.ResponseWriter, r *http.Request, args []string) {
@@ -338,16 +338,14 @@ func (a *api) permissions(w http.ResponseWriter, r *http.Request, args []string)
 }
 
 func (a *api) vhostPermissions(w http.ResponseWriter, r *http.Request, args []string) {
-	if !a.vhostExists(args[0]) {
-		notFound(w)
+	if !a.requireVHost(w, args[0]) {
 		return
 	}
 	a.listPerms(w, r, func(p core.PermissionInfo) bool { return p.VHost == args[0] })
 }
 
 func (a *api) userPermissions(w http.ResponseWriter, r *http.Request, args []string) {
-	if _, ok := a.c.LookupUser(args[0]); !ok {
-		notFound(w)
+	if !a.requireUser(w, args[0]) {
 		return
 	}
 	a.listPerms(w, r, func(p core.PermissionInfo) bool { return p.User == args[0] })
@@ -416,16 +414,14 @@ func (a *api) topicPermissions(w http.ResponseWriter, r *http.Request, args []st
 }
 
 func (a *api) vhostTopicPermissions(w http.ResponseWriter, r *http.Request, args []string) {
-	if !a.vhostExists(args[0]) {
-		notFound(w)
+	if !a.requireVHost(w, args[0]) {
 		return
 	}
 	a.listTopics(w, r, func(p core.TopicPermissionInfo) bool { return p.VHost == args[0] })
 }
 
 func (a *api) userTopicPermissions(w http.ResponseWriter, r *http.Request, args []string) {
-	if _, ok := a.c.LookupUser(args[0]); !ok {
-		notFound(w)
+	if !a.requireUser(w, args[0]) {
 		return
 	}
 	a.listTopics(w, r, func(p core.TopicPermissionInfo) bool { return p.User == args[0] })
@@ -489,8 +485,7 @@ func policyJSON(cp *policy.Compiled) map[string]any {
 func (a *api) listPolicies(w http.ResponseWriter, r *http.Request, args []string, c policy.Component) {
 	vhost := ""
 	if len(args) > 0 {
-		if !a.vhostExists(args[0]) {
-			notFound(w)
+		if !a.requireVHost(w, args[0]) {
 			return
 		}
 		vhost = args[0]
@@ -515,8 +510,7 @@ func (a *api) getPolicy(w http.ResponseWriter, args []string, c policy.Component
 }
 
 func (a *api) setPolicy(w http.ResponseWriter, r *http.Request, args []string, c policy.Component) {
-	if !a.vhostExists(args[0]) {
-		notFound(w)
+	if !a.requireVHost(w, args[0]) {
 		return
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
@@ -588,16 +582,14 @@ func (a *api) vhostLimits(w http.ResponseWriter, r *http.Request, args []string)
 			out = append(out, map[string]any{"vhost": v.Name, "value": l})
 		}
 	}
-	if len(args) > 0 && !a.vhostExists(args[0]) {
-		notFound(w)
+	if len(args) > 0 && !a.requireVHost(w, args[0]) {
 		return
 	}
 	writeList(w, r, out)
 }
 
 func (a *api) putVHostLimit(w http.ResponseWriter, r *http.Request, args []string) {
-	if !a.vhostExists(args[0]) {
-		notFound(w)
+	if !a.requireVHost(w, args[0]) {
 		return
 	}
 	m, _, ok := readBody(w, r)
@@ -648,8 +640,7 @@ func (a *api) deleteVHostLimit(w http.ResponseWriter, r *http.Request, args []st
 func (a *api) exportDefinitions(w http.ResponseWriter, r *http.Request, args []string) {
 	vhost := ""
 	if len(args) > 0 {
-		if !a.vhostExists(args[0]) {
-			notFound(w)
+		if !a.requireVHost(w, args[0]) {
 			return
 		}
 		vhost = args[0]
@@ -674,8 +665,7 @@ func (a *api) exportDefinitions(w http.ResponseWriter, r *http.Request, args []s
 func (a *api) importDefinitions(w http.ResponseWriter, r *http.Request, args []string) {
 	vhost := ""
 	if len(args) > 0 {
-		if !a.vhostExists(args[0]) {
-			notFound(w)
+		if !a.requireVHost(w, args[0]) {
 			return
 		}
 		vhost = args[0]

@@ -470,8 +470,7 @@ func (a *api) queue(w http.ResponseWriter, r *http.Request, args []string) {
 // listInVhost writes items as JSON, all of them or, when args names a vhost, those in it; an
 // unknown vhost is 404, as in RabbitMQ. Only the items the user may see are built.
 func listInVhost[T any, O map[string]any | object](a *api, w http.ResponseWriter, r *http.Request, args []string, items []T, vhostOf func(T) string, view func(T) O) {
-	if len(args) > 0 && !a.vhostExists(args[0]) {
-		notFound(w)
+	if len(args) > 0 && !a.requireVHost(w, args[0]) {
 		return
 	}
 	p := principal(r)
@@ -590,6 +589,24 @@ func exchangeJSON(e server.ExchangeInfo) map[string]any {
 		"internal":    e.Internal,
 		"arguments":   tableJSON(e.Arguments),
 	}
+}
+
+// requireVHost reports whether the vhost a path names exists, answering 404 when it does not.
+func (a *api) requireVHost(w http.ResponseWriter, name string) bool {
+	if !a.vhostExists(name) {
+		notFound(w)
+		return false
+	}
+	return true
+}
+
+// requireUser reports whether the user a path names exists, answering 404 when it does not.
+func (a *api) requireUser(w http.ResponseWriter, name string) bool {
+	if _, ok := a.c.LookupUser(name); !ok {
+		notFound(w)
+		return false
+	}
+	return true
 }
 
 func (a *api) vhostExists(name string) bool {

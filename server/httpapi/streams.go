@@ -75,8 +75,7 @@ func queueRef(vhost, name string) map[string]string {
 }
 
 func (a *api) streamPublishers(w http.ResponseWriter, r *http.Request, args []string) {
-	if len(args) > 0 && !a.vhostExists(args[0]) {
-		notFound(w)
+	if len(args) > 0 && !a.requireVHost(w, args[0]) {
 		return
 	}
 	out := []map[string]any{}
@@ -91,8 +90,7 @@ func (a *api) streamPublishers(w http.ResponseWriter, r *http.Request, args []st
 }
 
 func (a *api) streamConsumers(w http.ResponseWriter, r *http.Request, args []string) {
-	if len(args) > 0 && !a.vhostExists(args[0]) {
-		notFound(w)
+	if len(args) > 0 && !a.requireVHost(w, args[0]) {
 		return
 	}
 	out := []map[string]any{}

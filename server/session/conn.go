@@ -206,8 +206,6 @@ func (r deadlineReader) Read(p []byte) (int, error) {
 }
 
 func (c *conn) serve() {
-	defer c.s.wg.Done()
-	defer c.s.removeConn(c)
 	c.readTimeout = handshakeTimeout
 	c.fr = amqp.NewFrameReader(deadlineReader{c}, c.s.cfg.FrameMax)
 

@@ -8,8 +8,8 @@
 // handled inline on it) and, while there is output, a writer (outbound.run). Server.Shutdown
 // waits for all of them.
 //
-// Lock order: channel.mu -> outbound.mu; confirms.mu -> outbound.mu; Server.mu and
-// Server.replyMu are leaves. Queue locks are never held while the session is called (queues call
+// Lock order: channel.mu -> outbound.mu; confirms.mu -> outbound.mu; Server.replyMu and
+// the listener tracker's lock (server/netserve) are leaves. Queue locks are never held while the session is called (queues call
 // Deliver, Cancelled and Done unlocked), except around Consumer.Reserve/HasRoom, which take only
 // outbound.mu.
 package session
@@ -17,15 +17,16 @@ package session
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/amqp"
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/netserve"
 	"warren/server/tlsconf"
 )
 
@@ -50,17 +51,11 @@ type Server struct {
 	core *core.Broker
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	ln       net.Listener   // the first listener served (Addr)
-	lns      []net.Listener // every listener, closed by Shutdown
-	conns    map[*conn]struct{}
-	closing  bool
-	nextConn uint64
+	net      *netserve.Tracker[*conn] // listeners, connections and their goroutines
+	nextConn atomic.Uint64
 
 	replyMu sync.Mutex
 	replyTo map[string]*channel // direct reply-to keys -> channel with a reply consumer
-
-	wg sync.WaitGroup // accept loop and connection goroutines
 }
 
 // New creates the front-end; Serve starts it on a listener.
@@ -68,7 +63,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger, conns: make(map[*conn]struct{}), replyTo: make(map[string]*channel)}
+	return &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger, net: netserve.NewTracker[*conn](cfg.Logger), replyTo: make(map[string]*channel)}
 }
 
 // Serve accepts connections on ln in the background until Shutdown.
@@ -79,106 +74,25 @@ func (s *Server) Serve(ln net.Listener) { s.serve(ln, nil) }
 func (s *Server) ServeTLS(ln net.Listener, tc *tlsconf.Config) { s.serve(ln, tc) }
 
 func (s *Server) serve(ln net.Listener, tc *tlsconf.Config) {
-	s.mu.Lock()
-	if s.ln == nil {
-		s.ln = ln
-	}
-	s.lns = append(s.lns, ln)
-	s.mu.Unlock()
-	s.wg.Add(1)
-	go s.acceptLoop(ln, tc)
-}
-
-// Addr returns the bound address (nil before Serve).
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln == nil {
-		return nil
-	}
-	return s.ln.Addr()
-}
-
-func (s *Server) acceptLoop(ln net.Listener, tc *tlsconf.Config) {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Temporary failures (EMFILE and the like): back off rather than spin.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay < time.Second {
-				delay *= 2
-			}
-			s.log.Warn("accept failed", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			continue
-		}
-		s.nextConn++
+	s.net.Serve(ln, func(nc net.Conn) *conn {
 		if tc != nil {
 			nc = tls.Server(nc, tc.TLSConfig())
 		}
-		c := newConn(s, nc, s.nextConn)
+		c := newConn(s, nc, s.nextConn.Add(1))
 		c.tlsVerifyPeer = tc != nil && tc.VerifyPeer()
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
-	}
+		return c
+	}, (*conn).serve)
 }
 
-func (s *Server) removeConn(c *conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
+// Addr returns the bound address of the first listener (nil before Serve).
+func (s *Server) Addr() net.Addr { return s.net.Addr() }
 
 // Shutdown stops accepting, closes every client connection with 320 CONNECTION_FORCED and waits,
-// bounded by ctx, for every goroutine to finish.
+// bounded by ctx, for every goroutine to finish (then cuts the sockets still open).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	lns := s.lns
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, ln := range lns {
-		ln.Close()
-	}
-	for _, c := range conns {
-		c.forceClose(amqp.Errorf(amqp.ConnectionForced, "broker shutdown"))
-	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		// Give up waiting politely: cut the sockets.
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		return ctx.Err()
-	}
+	return s.net.Shutdown(ctx,
+		func(c *conn) { c.forceClose(amqp.Errorf(amqp.ConnectionForced, "broker shutdown")) },
+		func(c *conn) { c.nc.Close() })
 }
 
 func (s *Server) registerReplyTo(key string, ch *channel) {

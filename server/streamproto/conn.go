@@ -96,8 +96,6 @@ func newConn(s *Server, nc net.Conn, tc *tls.Config) *conn {
 
 // serve runs the connection on its own goroutine until it ends.
 func (c *conn) serve() {
-	defer c.s.wg.Done()
-	defer c.s.removeConn(c)
 	if c.tc != nil {
 		tlsConn := tls.Server(c.nc, c.tc)
 		_ = c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -435,9 +433,7 @@ func (c *conn) startHeartbeat() {
 	if hb <= 0 {
 		return
 	}
-	c.s.wg.Add(1)
-	go func() {
-		defer c.s.wg.Done()
+	c.s.net.Go(func() {
 		t := time.NewTicker(hb)
 		defer t.Stop()
 		var hbFrame []byte
@@ -455,7 +451,7 @@ func (c *conn) startHeartbeat() {
 				c.out.send(hbFrame)
 			}
 		}
-	}()
+	})
 }
 
 // handleOpened dispatches a command of an open connection.

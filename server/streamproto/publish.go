@@ -34,6 +34,20 @@ func (c *conn) streamQueue(name string) (core.StreamQueue, bool) {
 
 func (c *conn) allowed(perm auth.Perm, name string) bool { return c.grant.Allows(perm, name) }
 
+// readableStream looks up a stream the connection reads from: its queue and ResponseCodeOK, or
+// stream_does_not_exist, or access_refused without read permission on it (RabbitMQ's codes, in
+// that order).
+func (c *conn) readableStream(name string) (core.StreamQueue, wire.ResponseCode) {
+	sq, ok := c.streamQueue(name)
+	if !ok {
+		return nil, wire.ResponseCodeStreamDoesNotExist
+	}
+	if !c.allowed(auth.Read, name) {
+		return nil, wire.ResponseCodeAccessRefused
+	}
+	return sq, wire.ResponseCodeOK
+}
+
 func (c *conn) declarePublisher(frame []byte) error {
 	var m wire.DeclarePublisher
 	if err := m.Decode(frame); err != nil {

@@ -32,6 +32,7 @@ import (
 
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/netserve"
 	"warren/server/stats"
 	"warren/server/streamproto/wire"
 )
@@ -83,19 +84,16 @@ type Server struct {
 	core *core.Broker
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	lns     []net.Listener
-	conns   map[*conn]struct{}
-	closing bool
-	ep      core.Endpoints // what this node advertises (set as listeners are served)
+	net *netserve.Tracker[*conn] // listeners, connections and the goroutines serving them
+
+	mu sync.Mutex
+	ep core.Endpoints // what this node advertises (set as listeners are served)
 
 	// counters are the protocol's traffic (rabbitmq_global_messages_*{protocol="stream"}):
 	// Published (and PublishedConfirm: every publish expects a confirm), Routed, Confirmed and
 	// DeliveredNoAck (stream deliveries are credit, not acks), counted in messages (a sub-batch
 	// entry is one).
 	counters stats.Object // outside any registry: counts for this protocol only
-
-	wg sync.WaitGroup
 }
 
 // New creates the front-end; Serve starts it on a listener.
@@ -121,7 +119,8 @@ func New(cfg Config) *Server {
 	if cfg.Grant == nil {
 		cfg.Grant = func(string, string) (*auth.Grant, error) { return nil, nil }
 	}
-	s := &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger.With("protocol", "stream"), conns: make(map[*conn]struct{})}
+	s := &Server{cfg: cfg, core: cfg.Core, log: cfg.Logger.With("protocol", "stream")}
+	s.net = netserve.NewTracker[*conn](s.log)
 	if s.core != nil {
 		s.core.WatchStreams(s.streamEvent)
 	}
@@ -146,8 +145,6 @@ func (s *Server) ServeTLS(ln net.Listener, tc *tls.Config) { s.serve(ln, tc) }
 
 func (s *Server) serve(ln net.Listener, tc *tls.Config) {
 	s.mu.Lock()
-	s.lns = append(s.lns, ln)
-	s.wg.Add(1)
 	host, port := s.listenerEndpoint(ln, tc != nil && s.ep.StreamPort != 0)
 	s.ep.StreamHost = host
 	if tc != nil {
@@ -160,18 +157,16 @@ func (s *Server) serve(ln net.Listener, tc *tls.Config) {
 	if s.core != nil {
 		s.core.SetEndpoints(ep)
 	}
-	go s.acceptLoop(ln, tc)
+	s.net.Serve(ln, func(nc net.Conn) *conn {
+		if tcp, ok := nc.(*net.TCPConn); ok {
+			_ = tcp.SetNoDelay(true)
+		}
+		return newConn(s, nc, tc)
+	}, (*conn).serve)
 }
 
 // Addr returns the address of the first listener (nil before Serve).
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.lns) == 0 {
-		return nil
-	}
-	return s.lns[0].Addr()
-}
+func (s *Server) Addr() net.Addr { return s.net.Addr() }
 
 // listenerEndpoint returns what this node advertises for a listener: --stream-advertised-host,
 // else the listener's address, or the host name for a wildcard one; --stream-advertised-port
@@ -223,94 +218,19 @@ func (s *Server) streamEvent(e core.StreamEvent) {
 	s.notifyStreamGone(e.VHost, e.Stream)
 }
 
-func (s *Server) acceptLoop(ln net.Listener, tc *tls.Config) {
-	defer s.wg.Done()
-	var delay time.Duration
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-			} else if delay < time.Second {
-				delay *= 2
-			}
-			s.log.Warn("accept failed", "err", err, "retry_in", delay)
-			time.Sleep(delay)
-			continue
-		}
-		delay = 0
-		if tcp, ok := nc.(*net.TCPConn); ok {
-			_ = tcp.SetNoDelay(true)
-		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			nc.Close()
-			continue
-		}
-		c := newConn(s, nc, tc)
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go c.serve()
-	}
-}
-
-func (s *Server) removeConn(c *conn) {
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
-
 // Shutdown stops accepting, closes every connection (RabbitMQ drops stream connections at
 // shutdown; Warren sends a close command first, so clients can tell a shutdown from a network
 // failure) and waits, bounded by ctx, for every goroutine to finish.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	lns := s.lns
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, ln := range lns {
-		ln.Close()
-	}
-	for _, c := range conns {
-		c.ForceClose(0, "broker shutdown")
-	}
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		for c := range s.conns {
-			c.nc.Close()
-		}
-		s.mu.Unlock()
-		<-done
-		return ctx.Err()
-	}
+	return s.net.Shutdown(ctx,
+		func(c *conn) { c.ForceClose(0, "broker shutdown") },
+		func(c *conn) { c.nc.Close() })
 }
 
 // notifyStreamGone sends metadata_update to every connection with a publisher or subscription
 // on the stream (it was deleted here), as RabbitMQ does.
 func (s *Server) notifyStreamGone(vhost, stream string) {
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+	conns := s.net.Conns()
 	for _, c := range conns {
 		c.streamGone(vhost, stream)
 	}
@@ -323,12 +243,7 @@ func (s *Server) Counters() stats.Values { return s.counters.Values() }
 
 // Clients counts the open subscriptions and the declared publishers of every connection.
 func (s *Server) Clients() (consumers, publishers int) {
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+	conns := s.net.Conns()
 	for _, c := range conns {
 		c.mu.Lock()
 		consumers += len(c.subs)
@@ -352,12 +267,7 @@ type SubscriptionInfo struct {
 
 // Subscriptions lists the open subscriptions of every connection.
 func (s *Server) Subscriptions() []SubscriptionInfo {
-	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+	conns := s.net.Conns()
 	var out []SubscriptionInfo
 	for _, c := range conns {
 		vh := c.vhostName.Load()

@@ -221,13 +221,10 @@ func (c *conn) streamStats(frame []byte) error {
 		return err
 	}
 	resp := &wire.StreamStatsResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
-	sq, ok := c.streamQueue(m.Stream)
-	switch {
-	case !ok:
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	case !c.allowed(auth.Read, m.Stream):
-		resp.Code = wire.ResponseCodeAccessRefused
-	default:
+	sq, code := c.readableStream(m.Stream)
+	if code != wire.ResponseCodeOK {
+		resp.Code = code
+	} else {
 		l := sq.Replica().Log()
 		first, committed, last := int64(-1), int64(-1), int64(-1)
 		if next := l.Next(); next > l.First() {

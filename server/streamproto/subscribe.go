@@ -110,12 +110,9 @@ func (c *conn) subscribeCode(m *wire.Subscribe) wire.ResponseCode {
 	if dup {
 		return wire.ResponseCodeSubscriptionIDAlreadyExists
 	}
-	sq, ok := c.streamQueue(m.Stream)
-	if !ok {
-		return wire.ResponseCodeStreamDoesNotExist
-	}
-	if !c.allowed(auth.Read, m.Stream) {
-		return wire.ResponseCodeAccessRefused
+	sq, code := c.readableStream(m.Stream)
+	if code != wire.ResponseCodeOK {
+		return code
 	}
 	rep := sq.Replica()
 	s := &subscription{c: c, id: m.SubscriptionID, stream: m.Stream, log: rep.Log(), rep: rep,
@@ -157,8 +154,7 @@ func (c *conn) startSubscription(s *subscription) {
 		s.wake()
 		return
 	}
-	c.s.wg.Add(1)
-	go s.run()
+	c.s.net.Go(s.run)
 }
 
 // stopSubscription stops a subscription's goroutine (without waiting) and leaves its group.
@@ -208,7 +204,6 @@ func (c *conn) unsubscribe(frame []byte) error {
 // run is the subscription's goroutine.
 func (s *subscription) run() {
 	c := s.c
-	defer c.s.wg.Done()
 	limit := c.s.cfg.OutboundBytes
 	for {
 		if s.stopped.Load() {
@@ -357,13 +352,10 @@ func (c *conn) queryOffset(frame []byte) error {
 		return err
 	}
 	resp := &wire.QueryOffsetResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
-	sq, ok := c.streamQueue(m.Stream)
-	switch {
-	case !ok:
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	case !c.allowed(auth.Read, m.Stream):
-		resp.Code = wire.ResponseCodeAccessRefused
-	default:
+	sq, code := c.readableStream(m.Stream)
+	if code != wire.ResponseCodeOK {
+		resp.Code = code
+	} else {
 		off, found := sq.Replica().LoadOffset(m.Reference)
 		if !found {
 			resp.Code = wire.ResponseCodeNoOffset
@@ -380,13 +372,10 @@ func (c *conn) resolveOffsetSpec(frame []byte) error {
 		return err
 	}
 	resp := &wire.ResolveOffsetSpecResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK, OffsetType: wire.OffsetTypeOffset}
-	sq, ok := c.streamQueue(m.Stream)
-	switch {
-	case !ok:
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	case !c.allowed(auth.Read, m.Stream):
-		resp.Code = wire.ResponseCodeAccessRefused
-	default:
+	sq, code := c.readableStream(m.Stream)
+	if code != wire.ResponseCodeOK {
+		resp.Code = code
+	} else {
 		resp.Offset = resolve(sq.Replica().Log(), m.Offset)
 	}
 	c.write(resp)
