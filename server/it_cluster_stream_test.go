@@ -85,6 +85,21 @@ func TestClusterStreamReplicaState(t *testing.T) {
 		return b
 	}
 	pollUntil(t, "the stream has a leader", clusterWait, func() bool { return tc.leaderOf("stream '"+s+"' in vhost '/'") >= 0 })
+	// A node learns of the stream when it applies the metadata entry, which a loaded node may do
+	// after the declare-ok: consume on every node only once each knows it.
+	for i, u := range tc.urls {
+		c := mustDial(t, u)
+		pollUntil(t, "the stream is known on "+tc.ids[i], clusterWait, func() bool {
+			ch, err := c.Channel()
+			if err != nil {
+				return false
+			}
+			defer ch.Close()
+			_, err = ch.QueueDeclarePassive(s, true, false, false, false, nil)
+			return err == nil
+		})
+		c.Close()
+	}
 	// Publish through n2 (whichever node leads).
 	pub := mustConfirmChannel(t, mustDial(t, tc.urls[1]))
 	for i := range 40 {
