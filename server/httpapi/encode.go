@@ -143,50 +143,11 @@ func (e *jsonEncoder) value(v any) error {
 		e.buf = append(e.buf, '}')
 		e.keys = e.keys[:start]
 	case []map[string]any:
-		if v == nil {
-			e.buf = append(e.buf, "null"...)
-			return nil
-		}
-		e.buf = append(e.buf, '[')
-		for i, m := range v {
-			if i > 0 {
-				e.buf = append(e.buf, ',')
-				e.spill()
-			}
-			if err := e.object(m); err != nil {
-				return err
-			}
-		}
-		e.buf = append(e.buf, ']')
+		return encodeArray(e, v, true, e.object)
 	case []any:
-		if v == nil {
-			e.buf = append(e.buf, "null"...)
-			return nil
-		}
-		e.buf = append(e.buf, '[')
-		for i, x := range v {
-			if i > 0 {
-				e.buf = append(e.buf, ',')
-				e.spill()
-			}
-			if err := e.value(x); err != nil {
-				return err
-			}
-		}
-		e.buf = append(e.buf, ']')
+		return encodeArray(e, v, true, e.value)
 	case []string:
-		if v == nil {
-			e.buf = append(e.buf, "null"...)
-			return nil
-		}
-		e.buf = append(e.buf, '[')
-		for i, s := range v {
-			if i > 0 {
-				e.buf = append(e.buf, ',')
-			}
-			e.str(s)
-		}
-		e.buf = append(e.buf, ']')
+		return encodeArray(e, v, false, func(s string) error { e.str(s); return nil })
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -194,6 +155,29 @@ func (e *jsonEncoder) value(v any) error {
 		}
 		e.buf = append(e.buf, b...)
 	}
+	return nil
+}
+
+// encodeArray writes v as a JSON array (null when nil, as encoding/json does), each element with
+// each; spill lets long arrays of objects go out in chunks between elements.
+func encodeArray[T any](e *jsonEncoder, v []T, spill bool, each func(T) error) error {
+	if v == nil {
+		e.buf = append(e.buf, "null"...)
+		return nil
+	}
+	e.buf = append(e.buf, '[')
+	for i, x := range v {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+			if spill {
+				e.spill()
+			}
+		}
+		if err := each(x); err != nil {
+			return err
+		}
+	}
+	e.buf = append(e.buf, ']')
 	return nil
 }
 
