@@ -34,6 +34,7 @@ import (
 	"warren/server"
 	"warren/server/auth"
 	"warren/server/core"
+	"warren/server/netserve"
 	"warren/server/tlsconf"
 )
 
@@ -699,11 +700,7 @@ func finite(f float64) any {
 }
 
 // Listener is the API served on a TCP address.
-type Listener struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan error
-}
+type Listener = netserve.HTTPListener
 
 // Listen serves the API for broker b on addr until Shutdown.
 func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
@@ -720,31 +717,5 @@ func Listen(addr string, b *server.Server, opt Options) (*Listener, error) {
 		h.self.Protocol = "https"
 		ln = tls.NewListener(ln, opt.TLS.TLSConfig())
 	}
-	l := &Listener{
-		srv: &http.Server{
-			Handler:           h,
-			ConnContext:       ConnContext,
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
-		},
-		ln:   ln,
-		done: make(chan error, 1),
-	}
-	go func() { l.done <- l.srv.Serve(ln) }()
-	return l, nil
-}
-
-// Addr is the address the API listens on.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
-
-// Shutdown stops the API: no new requests, and it waits, bounded by ctx, for those under way.
-func (l *Listener) Shutdown(ctx context.Context) error {
-	err := l.srv.Shutdown(ctx)
-	if serr := <-l.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("HTTP API: shut down: %w", err)
-	}
-	return nil
+	return netserve.ServeHTTP("HTTP API", ln, h, opt.Logger, ConnContext), nil
 }

@@ -14,19 +14,17 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"warren/server"
+	"warren/server/netserve"
 )
 
 // DefaultListen is rabbitmq_prometheus's port, on loopback as the other listeners' defaults.
@@ -66,11 +64,7 @@ func Handler(s *server.Server, opt Options) http.Handler {
 }
 
 // Listener is the exporter served on a TCP address.
-type Listener struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan error
-}
+type Listener = netserve.HTTPListener
 
 // Listen serves the exporter for broker s on addr until Shutdown. An address in use is an
 // error naming it.
@@ -82,30 +76,5 @@ func Listen(addr string, s *server.Server, opt Options) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Prometheus exporter: listen on %s: %w", addr, err)
 	}
-	l := &Listener{
-		srv: &http.Server{
-			Handler:           Handler(s, opt),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(opt.Logger.Handler(), slog.LevelWarn),
-		},
-		ln:   ln,
-		done: make(chan error, 1),
-	}
-	go func() { l.done <- l.srv.Serve(ln) }()
-	return l, nil
-}
-
-// Addr is the address the exporter listens on.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
-
-// Shutdown stops the exporter: no new scrapes, and it waits, bounded by ctx, for those under way.
-func (l *Listener) Shutdown(ctx context.Context) error {
-	err := l.srv.Shutdown(ctx)
-	if serr := <-l.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("Prometheus exporter: shut down: %w", err)
-	}
-	return nil
+	return netserve.ServeHTTP("Prometheus exporter", ln, Handler(s, opt), opt.Logger, nil), nil
 }

@@ -1,8 +1,9 @@
 // Package netserve is the listener side shared by Warren's front-ends (the AMQP 0-9-1 session
 // and the stream protocol): accept loops that back off on temporary errors, the set of open
 // connections, and a shutdown that closes the listeners, closes the connections and waits for
-// every goroutine it started. One implementation, so that both protocols accept, track and stop
-// their clients alike.
+// every goroutine it started; and (HTTPListener) the HTTP servers of the management API and
+// the Prometheus exporter. One implementation, so that every front-end accepts, tracks and stops
+// its clients alike.
 //
 // Lock order: Tracker.mu is a leaf, except that the open callback of Serve and the cut
 // callback of Shutdown run under it (they must take no lock that is held while the Tracker is
