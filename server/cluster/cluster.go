@@ -127,6 +127,9 @@ type Node struct {
 	services map[byte]ServiceHandler
 
 	live liveness
+	// deferred are groups whose first election waits for their voters to answer pings (under mu;
+	// group.go runDeferredElections).
+	deferred []*Group
 
 	mesh *mesh // the groups' raft transport; nil in single-node mode
 

@@ -149,6 +149,13 @@ type tcluster struct {
 
 func newCluster(t *testing.T, n int, withDataDir bool) *tcluster {
 	t.Helper()
+	return newClusterStarting(t, n, n, withDataDir)
+}
+
+// newClusterStarting makes an n-node cluster of which only the first running nodes are started:
+// the others' addresses are reserved (and closed) for a later c.start(tn, nil, false).
+func newClusterStarting(t *testing.T, n, running int, withDataDir bool) *tcluster {
+	t.Helper()
 	c := &tcluster{t: t, peers: make(map[string]string)}
 	lns := make([]net.Listener, n)
 	for i := range n {
@@ -165,7 +172,11 @@ func newCluster(t *testing.T, n int, withDataDir bool) *tcluster {
 			tn.dataDir = t.TempDir()
 		}
 		c.nodes = append(c.nodes, tn)
-		c.start(tn, lns[i], false)
+		if i < running {
+			c.start(tn, lns[i], false)
+		} else {
+			_ = lns[i].Close()
+		}
 	}
 	t.Cleanup(c.closeAll)
 	return c
@@ -450,6 +461,37 @@ func TestThreeNodes(t *testing.T) {
 		len(st.Groups[0].Voters) != 3 || st.Groups[0].Applied == 0 {
 		t.Errorf("Status = %+v", st)
 	}
+}
+
+// A group bootstrapped while its other voters' nodes are still starting (a cluster coming up: the
+// metadata group's case) gets its first leader as soon as they answer pings. Its first voter does
+// not stand for election into refused connections and then wait a whole election timeout.
+func TestFirstElectionWaitsForVoters(t *testing.T) {
+	c := newClusterStarting(t, 3, 1, false)
+	c.startGroupOn(c.nodes[0], 5, c.ids(), true)
+	// Long enough for an election that did not wait to have failed (refused connections fail at once).
+	time.Sleep(300 * time.Millisecond)
+	if g := c.nodes[0].node.Group(5); g.Leader() != "" {
+		t.Fatalf("group has leader %q with one of three voters running", g.Leader())
+	}
+	up := time.Now()
+	for _, tn := range c.nodes[1:] {
+		c.start(tn, nil, false)
+		c.startGroupOn(tn, 5, c.ids(), true)
+	}
+	ld := c.leader(5, 2*electionTimeout)
+	// Without the wait the first voter's failed election is retried only after an election timeout.
+	if took := time.Since(up); took >= electionTimeout-time.Second {
+		t.Errorf("first leader (%s) elected %v after the voters started; want well under the election timeout %v",
+			ld.id, took.Round(time.Millisecond), electionTimeout)
+	}
+	if ld != c.nodes[0] {
+		t.Errorf("first leader is %s, want the first voter n1", ld.id)
+	}
+	if _, err := c.nodes[2].node.Group(5).Propose(ctxT(t, 10*time.Second), []byte("x")); err != nil {
+		t.Fatalf("Propose: %v", err)
+	}
+	c.converge(5, []string{"x"}, 10*time.Second)
 }
 
 func TestProposeAsyncThroughput(t *testing.T) {

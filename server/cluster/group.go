@@ -349,6 +349,69 @@ func (g *Group) forceFirstElection(bootstrapped bool) {
 	if !isVoter || !(voters == 1 || first) {
 		return
 	}
+	if voters > 1 && !g.votesReachable(conf) {
+		// The other voters' nodes have not answered a ping yet (a cluster starting): an election now
+		// would fail and wait a whole election timeout. The ping loop runs it once they answer.
+		g.n.mu.Lock()
+		g.n.deferred = append(g.n.deferred, g)
+		g.n.mu.Unlock()
+		return
+	}
+	g.electNow()
+}
+
+// votesReachable reports whether enough of the group's voters have answered a ping for an election
+// of this node to win: a majority of the voters, counting this node.
+func (g *Group) votesReachable(conf raft.Configuration) bool {
+	voters, reach := 0, 0
+	for _, s := range conf.Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if id := string(s.ID); id == g.n.cfg.NodeID || g.n.live.heard(id) {
+			reach++
+		}
+	}
+	return reach*2 > voters
+}
+
+// runDeferredElections runs the first elections that forceFirstElection deferred until their
+// voters answer pings, for the groups that still have no leader (the ping loop calls it each tick;
+// the list is empty but for a starting cluster).
+func (n *Node) runDeferredElections() {
+	n.mu.Lock()
+	pending := n.deferred
+	n.deferred = nil
+	n.mu.Unlock()
+	if len(pending) == 0 {
+		return
+	}
+	// Raft's configuration is read without n.mu: raft's goroutines report to the event loop, which
+	// takes n.mu.
+	var keep []*Group
+	for _, g := range pending {
+		if n.Group(g.id) != g {
+			continue // closed
+		}
+		conf, err := g.configuration()
+		switch {
+		case err != nil:
+		case !g.votesReachable(conf):
+			keep = append(keep, g)
+		case g.raft.State() == raft.Follower && g.Leader() == "":
+			g.electNow()
+		}
+	}
+	if len(keep) > 0 {
+		n.mu.Lock()
+		n.deferred = append(n.deferred, keep...)
+		n.mu.Unlock()
+	}
+}
+
+// electNow makes this node's raft, a follower that never heard of a leader, stand for election now.
+func (g *Group) electNow() {
 	g.forced.Store(true)
 	orig := g.raft.ReloadableConfig()
 	fast := orig

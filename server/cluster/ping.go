@@ -32,6 +32,7 @@ type peerState struct {
 	lastOK  time.Time
 	up      bool
 	suspect bool // no ping answered for suspectAfter
+	heard   bool // a ping was ever answered (lastOK starts as a grace period, not an answer)
 	stop    chan struct{}
 }
 
@@ -68,8 +69,17 @@ func (l *liveness) ok(id string) {
 	l.mu.Lock()
 	if st := l.peers[id]; st != nil {
 		st.lastOK = time.Now()
+		st.heard = true
 	}
 	l.mu.Unlock()
+}
+
+// heard reports whether member id has answered a ping since this node started.
+func (l *liveness) heard(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.peers[id]
+	return st != nil && st.heard
 }
 
 // pingLoop keeps one pinger per member and reports members going down or up. A member starts up (with a
@@ -135,6 +145,7 @@ func (n *Node) pingLoop() {
 			st.suspect = sus
 		}
 		n.live.mu.Unlock()
+		n.runDeferredElections()
 		for _, id := range suspects {
 			n.failover(id, true)
 		}
