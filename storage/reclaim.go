@@ -62,6 +62,10 @@ func (d *DB) maintain(gcInterval time.Duration) {
 	}
 }
 
+// gcTrimWait bounds how long value-log GC waits for the committer's trim between two rewrites (the
+// committer may be in a long commit).
+const gcTrimWait = 200 * time.Millisecond
+
 // runGC rewrites value-log files while badger finds one with enough garbage, each time with a discard
 // ratio whose rewrite fits in the free space (gcBudget). It stops early on Close. It holds mapMu shared
 // around each rewrite (see trim.go).
@@ -108,11 +112,24 @@ func (d *DB) gcRuns(lock bool) (rewrites int) {
 		if d.space != nil {
 			d.space.measure(0) // the charge was an estimate; a rewritten file is gone
 		}
-		// The rewrite read a whole value-log file through its mapping: ask the committer to trim now.
+		// The rewrite read a whole value-log file through its mapping: ask the committer to trim now,
+		// and let it, before the next rewrite takes mapMu again (back-to-back rewrites of a drained
+		// backlog starved the trim's TryLock, and file-backed RSS grew past 700 MB).
+		select {
+		case <-d.trimmed:
+		default:
+		}
 		d.trimWanted.Store(true)
 		select {
 		case d.wake <- struct{}{}:
 		default:
+		}
+		if lock && err == nil {
+			select {
+			case <-d.trimmed:
+			case <-d.gcStop:
+			case <-time.After(gcTrimWait):
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {

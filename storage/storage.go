@@ -131,6 +131,9 @@ type DB struct {
 	readAtTrimCheck int64
 	readSinceTrim   atomic.Int64
 	trimWanted      atomic.Bool
+	// trimmed (capacity 1) is poked after every trim check that held mapMu: value-log GC waits for
+	// one between its file rewrites, which would otherwise keep the trim's TryLock failing.
+	trimmed chan struct{}
 
 	// closeMu is held shared by reads (Get, Scan, DeleteRange) and exclusively by Close around closing
 	// badger, so that no read touches badger's unmapped files; dbClosed is set under it.
@@ -241,6 +244,7 @@ func Open(opts Options) (*DB, error) {
 	d.valueThresh = bopts.ValueThreshold
 
 	d.wake = make(chan struct{}, 1)
+	d.trimmed = make(chan struct{}, 1)
 	d.spaceCond = sync.NewCond(&d.mu)
 	d.committerEnd = make(chan struct{})
 	go d.committer()

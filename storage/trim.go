@@ -82,6 +82,10 @@ func (d *DB) maybeTrim(written int64) {
 	}
 	defer d.mapMu.Unlock()
 	d.trimFileRSS(d.opts.trimBudget)
+	select {
+	case d.trimmed <- struct{}{}:
+	default:
+	}
 }
 
 // trimFileRSS drops our file mappings from the resident set when RssFile exceeds budget. It returns how
