@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -331,33 +332,65 @@ func (n *Node) newGroup(cfg GroupConfig) (g *Group, bootstrapped bool, err error
 // members of a new group do not split its first vote. Lowering the heartbeat timeout wakes raft's
 // follower loop, which, having never heard of a leader (last contact zero), starts an election; the
 // timeout is then restored.
+//
+// While a majority of the voters' nodes have not answered a ping yet (a cluster starting: the
+// metadata group's case), the election waits for them (runDeferredElections): one into refused
+// connections would be retried only after an election timeout.
+//
+// A group recovered from this node's store (a restart) that has heard from no leader after
+// recoveredGrace stands for election too, the voters one after the other (kickOrder, kickStagger
+// apart): after a restart of the whole cluster nobody else would for a whole heartbeat timeout. It
+// is an ordinary election with a pre-vote, which voters that still follow a live leader refuse, so
+// a node restarting in a running cluster deposes no one.
 func (g *Group) forceFirstElection(bootstrapped bool) {
 	conf, err := g.configuration()
 	if err != nil {
 		return
 	}
 	self := raft.ServerID(g.n.cfg.NodeID)
-	voters := 0
+	var voters []string
 	isVoter := false
 	for _, s := range conf.Servers {
 		if s.Suffrage == raft.Voter {
-			voters++
+			voters = append(voters, string(s.ID))
 			isVoter = isVoter || s.ID == self
 		}
 	}
+	if !isVoter {
+		return
+	}
 	first := bootstrapped && len(g.cfg.Voters) > 1 && raft.ServerID(g.cfg.Voters[0]) == self
-	if !isVoter || !(voters == 1 || first) {
-		return
+	switch {
+	case len(voters) == 1:
+		g.electNow()
+	case first:
+		// Now if its voters answer pings (a new group in a running cluster: the common case).
+		if !g.votesReachable(conf) {
+			g.n.deferElection(g, time.Time{})
+			return
+		}
+		g.electNow()
+	case !bootstrapped:
+		slices.SortFunc(voters, func(a, b string) int { return cmp.Compare(kickOrder(g.id, a), kickOrder(g.id, b)) })
+		rank := slices.Index(voters, string(self))
+		g.n.deferElection(g, time.Now().Add(recoveredGrace+time.Duration(rank)*kickStagger))
 	}
-	if voters > 1 && !g.votesReachable(conf) {
-		// The other voters' nodes have not answered a ping yet (a cluster starting): an election now
-		// would fail and wait a whole election timeout. The ping loop runs it once they answer.
-		g.n.mu.Lock()
-		g.n.deferred = append(g.n.deferred, g)
-		g.n.mu.Unlock()
-		return
-	}
-	g.electNow()
+}
+
+// recoveredGrace is how long a group recovered at start waits to hear from a leader before it stands
+// for election: longer than a live leader's heartbeat period (heartbeatTimeout/5 at most).
+const recoveredGrace = heartbeatTimeout/5 + time.Second
+
+// deferredElection is a group's election waiting for its time and its voters.
+type deferredElection struct {
+	g    *Group
+	from time.Time // not before
+}
+
+func (n *Node) deferElection(g *Group, from time.Time) {
+	n.mu.Lock()
+	n.deferred = append(n.deferred, deferredElection{g: g, from: from})
+	n.mu.Unlock()
 }
 
 // votesReachable reports whether enough of the group's voters have answered a ping for an election
@@ -376,9 +409,9 @@ func (g *Group) votesReachable(conf raft.Configuration) bool {
 	return reach*2 > voters
 }
 
-// runDeferredElections runs the first elections that forceFirstElection deferred until their
-// voters answer pings, for the groups that still have no leader (the ping loop calls it each tick;
-// the list is empty but for a starting cluster).
+// runDeferredElections runs the deferred elections that are due and whose voters answer pings, for
+// the groups that still have heard of no leader; the others wait. The ping loop calls it each tick
+// (the list is empty but after a start or a new group).
 func (n *Node) runDeferredElections() {
 	n.mu.Lock()
 	pending := n.deferred
@@ -389,17 +422,23 @@ func (n *Node) runDeferredElections() {
 	}
 	// Raft's configuration is read without n.mu: raft's goroutines report to the event loop, which
 	// takes n.mu.
-	var keep []*Group
-	for _, g := range pending {
-		if n.Group(g.id) != g {
-			continue // closed
+	now := time.Now()
+	var keep []deferredElection
+	for _, d := range pending {
+		g := d.g
+		if n.Group(g.id) != g || g.Leader() != "" || g.raft.State() != raft.Follower {
+			continue // closed, led, or an election under way
+		}
+		if now.Before(d.from) {
+			keep = append(keep, d)
+			continue
 		}
 		conf, err := g.configuration()
 		switch {
 		case err != nil:
 		case !g.votesReachable(conf):
-			keep = append(keep, g)
-		case g.raft.State() == raft.Follower && g.Leader() == "":
+			keep = append(keep, d)
+		default:
 			g.electNow()
 		}
 	}
