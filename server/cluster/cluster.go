@@ -52,14 +52,13 @@ const (
 	// Raft's own failure detection is slow on purpose: a leader heartbeats each follower every
 	// heartbeatTimeout/10..heartbeatTimeout/5, and an idle cluster's cost is mostly those heartbeats.
 	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
-	// raft's timeout only catches a group that lost its leader while the leader's node lives. At
-	// 3,000 quorum queues 30 s halves an idle cluster's CPU against 6 s (20% of one core, 39%).
-	// The lease must outlast the longest heartbeat gap (heartbeatTimeout/5) with room to spare; it
-	// is how long a leader cut off from its followers still calls itself leader (it commits nothing).
-	// A group recovered at start does not wait for raft's timeout either (recoveredGrace).
-	heartbeatTimeout   = 30 * time.Second
-	electionTimeout    = 30 * time.Second
-	leaderLeaseTimeout = 10 * time.Second
+	// raft's timeout only catches a group that lost its leader while the leader's node lives, and a
+	// group recovered at start does not wait for it either (recoveredGrace). 30 s (lease 10 s) halved
+	// the idle CPU at 3,000 quorum queues (20% of one core against 39%) but made a node cut off by a
+	// degraded link catch up only after 40 s in 2 of 4 partition tests: not taken (docs/benchmarks.md).
+	heartbeatTimeout   = 6 * time.Second
+	electionTimeout    = 6 * time.Second
+	leaderLeaseTimeout = 3 * time.Second
 	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
 	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost
 	// almost nothing.
