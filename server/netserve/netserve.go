@@ -2,8 +2,9 @@
 // and the stream protocol): accept loops that back off on temporary errors, the set of open
 // connections, and a shutdown that closes the listeners, closes the connections and waits for
 // every goroutine it started; and (HTTPListener) the HTTP servers of the management API and
-// the Prometheus exporter. One implementation, so that every front-end accepts, tracks and stops
-// its clients alike.
+// the Prometheus exporter. One implementation per kind, so that the binary front-ends accept,
+// track and stop their clients alike (Tracker), and the HTTP servers start, log and stop alike
+// (net/http tracks their connections).
 //
 // Lock order: Tracker.mu is a leaf, except that the open callback of Serve and the cut
 // callback of Shutdown run under it (they must take no lock that is held while the Tracker is
