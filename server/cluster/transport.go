@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -231,7 +232,12 @@ func (t *groupTransport) callDone(c *call, epoch uint64, err error) {
 		if err == nil {
 			r, _ = c.resp.(*raft.AppendEntriesResponse)
 		}
-		c.link.appended(c.req, r, epoch)
+		if c.link.appended(c.req, r, epoch) < t.pushedIndex() {
+			// A commit was pushed while this follower had not acknowledged its entry yet (the
+			// majority was the others): push it again now that it has, or it would wait for the
+			// next append or CommitTimeout.
+			t.repush()
+		}
 	}
 	if c.onDone != nil {
 		c.onDone(err)
@@ -283,6 +289,29 @@ func (t *groupTransport) committed(c uint64) {
 	}
 	t.pushIndex = c
 	if t.pushDue {
+		return
+	}
+	t.pushDue = true
+	if t.pushTimer == nil {
+		t.pushTimer = time.AfterFunc(pushDelay, t.pushCommits)
+	} else {
+		t.pushTimer.Reset(pushDelay)
+	}
+}
+
+// pushedIndex is the highest commit index the transport was told of (committed).
+func (t *groupTransport) pushedIndex() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pushIndex
+}
+
+// repush schedules the pushes of the current commit index again (a follower that acknowledged its
+// entry only after the push went out).
+func (t *groupTransport) repush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.pushDue {
 		return
 	}
 	t.pushDue = true
@@ -697,12 +726,15 @@ func (l *peerLink) elide(req *raft.AppendEntriesRequest, resp *raft.AppendEntrie
 }
 
 // appended records the answer to a real append (resp nil: it failed).
-func (l *peerLink) appended(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, epoch uint64) {
+//
+// It returns the commit index the follower was last told (by raft or by a push) when that is below
+// what it now acknowledges, and the maximum uint64 otherwise: then no push is missing.
+func (l *peerLink) appended(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, epoch uint64) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if resp == nil || !resp.Success || resp.Term != req.Term {
 		l.ackValid = false
-		return
+		return math.MaxUint64
 	}
 	if epoch != l.epoch {
 		l.epoch = epoch
@@ -716,6 +748,10 @@ func (l *peerLink) appended(req *raft.AppendEntriesRequest, resp *raft.AppendEnt
 	}
 	l.ackCommit = req.LeaderCommitIndex
 	l.ackHdr = resp.RPCHeader
+	if told := max(l.ackCommit, l.sentCommit); told < l.ackLast {
+		return told
+	}
+	return math.MaxUint64
 }
 
 // heartbeat records the answer to a heartbeat of term (resp nil: it failed).
