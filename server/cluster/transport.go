@@ -288,6 +288,11 @@ func (t *groupTransport) committed(c uint64) {
 		return
 	}
 	t.pushIndex = c
+	t.schedulePushLocked()
+}
+
+// schedulePushLocked arms the push timer unless a push is due already; t.mu is held.
+func (t *groupTransport) schedulePushLocked() {
 	if t.pushDue {
 		return
 	}
@@ -311,14 +316,8 @@ func (t *groupTransport) pushedIndex() uint64 {
 func (t *groupTransport) repush() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.pushDue {
-		return
-	}
-	t.pushDue = true
-	if t.pushTimer == nil {
-		t.pushTimer = time.AfterFunc(pushDelay, t.pushCommits)
-	} else {
-		t.pushTimer.Reset(pushDelay)
+	if !t.closed {
+		t.schedulePushLocked()
 	}
 }
 
