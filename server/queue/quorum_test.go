@@ -450,9 +450,12 @@ func TestQuorumGlobalPrefetch(t *testing.T) {
 	for range 5 {
 		rc.Publish(body("x"), nil)
 	}
+	// Publishes without a done commit asynchronously: wait until all five
+	// are in the queue before judging how many went out.
+	waitFor(t, "five enqueued", func() bool { st := rc.Stats(); return st.Ready+st.Unacked == 5 })
 	waitFor(t, "two delivered", func() bool { return cons.count() == 2 })
-	if st := rc.Stats(); st.Ready != 3 {
-		t.Fatalf("global prefetch 2 per consumer: %s", fmtStats(rc))
+	if st := rc.Stats(); st.Ready != 3 || st.Unacked != 2 || cons.count() != 2 {
+		t.Fatalf("global prefetch 2 per consumer: %s, %d delivered", fmtStats(rc), cons.count())
 	}
 	// ClassicType opens a replicated classic queue when given a QuorumConfig.
 	q2, err := ClassicType{}.Open(OpenConfig{Name: "c2", Lifecycle: DefaultConfig(), Logger: quiet,
