@@ -34,6 +34,7 @@ import (
 	"warren/server"
 	"warren/server/auth"
 	"warren/server/httpapi"
+	"warren/server/idlemem"
 	"warren/server/metrics"
 	"warren/server/tlsconf"
 )
@@ -459,6 +460,8 @@ func serve(ctx context.Context, cfg server.Config, ls listeners) error {
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("start broker: %w", err)
 	}
+	idle := idlemem.Start(cfg.Logger) // returns garbage to the OS when the broker goes quiet
+	defer idle.Stop()
 	startedArgs := []any{"version", version, "amqp", srv.Addr().String()}
 	if a := srv.TLSAddr(); a != nil {
 		startedArgs = append(startedArgs, "amqps", a.String())
