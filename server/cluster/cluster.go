@@ -12,8 +12,9 @@
 // Without a listen address the node is a one-node cluster on the same code path: every group has a single
 // voter on an in-memory transport.
 //
-// Timings: raft heartbeat and election timeouts are 1.5 s (leader heartbeats every 150-300 ms, failover
-// after 1.5-3 s plus an election), leader lease 750 ms. A group whose only voter is this node, or a new
+// Timings: raft heartbeat and election timeouts are 12 s (leader heartbeats every 1.2-2.4 s), leader
+// lease 3 s. A dead leader's node is found by the node-level pings (suspectAfter) and its groups elect
+// within about 2 s; raft's own timeout is the fallback. A group whose only voter is this node, or a new
 // group of which this node is the first voter, starts its first election at once, so it has a leader
 // within a round trip of StartGroup.
 // Snapshots: SnapshotThreshold 8192, TrailingLogs 4096, checked every 30 s, 2 retained.
@@ -53,11 +54,13 @@ const (
 	// heartbeatTimeout/10..heartbeatTimeout/5, and an idle cluster's cost is mostly those heartbeats.
 	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
 	// raft's timeout only catches a group that lost its leader while the leader's node lives, and a
-	// group recovered at start does not wait for it either (recoveredGrace). 30 s (lease 10 s) halved
-	// the idle CPU at 3,000 quorum queues (20% of one core against 39%) but made a node cut off by a
-	// degraded link catch up only after 40 s in 2 of 4 partition tests: not taken (docs/benchmarks.md).
-	heartbeatTimeout   = 6 * time.Second
-	electionTimeout    = 6 * time.Second
+	// group recovered at start does not wait for it either (recoveredGrace). 12 s (lease kept at 3 s)
+	// cut the idle CPU at 300 quorum queues from 16.8% to 12.6% of one core against 6 s, with the
+	// partition test passing 4 of 4 (caught up 0.6-4.3 s after the heal). 30 s with a 10 s lease
+	// halved it again but made a node cut off by a degraded link catch up only after 40 s in 2 of 4
+	// partition tests: not taken (docs/benchmarks.md).
+	heartbeatTimeout   = 12 * time.Second
+	electionTimeout    = 12 * time.Second
 	leaderLeaseTimeout = 3 * time.Second
 	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
 	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost

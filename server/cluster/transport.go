@@ -704,7 +704,7 @@ func (l *peerLink) pushed(req *raft.AppendEntriesRequest, resp *raft.AppendEntri
 	}
 }
 
-// hbFresh bounds the age of the heartbeat answer elision relies on (heartbeats go every 150-300 ms).
+// hbFresh bounds the age of the heartbeat answer elision relies on (heartbeats go every heartbeatTimeout/10-heartbeatTimeout/5).
 const hbFresh = heartbeatTimeout / 2
 
 // elide answers the empty append req from what the follower acknowledged, without sending it, when
