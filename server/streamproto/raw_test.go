@@ -109,8 +109,14 @@ func (c *rawConn) expectClose(code wire.ResponseCode) {
 	c.expectClosed()
 }
 
-// open runs the handshake as guest and returns the negotiated frame max.
+// open runs the handshake as guest with frame max frameMax.
 func (c *rawConn) open(frameMax uint32) {
+	c.t.Helper()
+	c.openAs("guest", "guest", frameMax)
+}
+
+// openAs runs the handshake as user in vhost "/".
+func (c *rawConn) openAs(user, pass string, frameMax uint32) {
 	c.t.Helper()
 	c.send(&wire.PeerProperties{CorrelationID: 1, Properties: []wire.Property{{Key: "product", Value: "raw"}}})
 	if r, ok := c.read().(*wire.PeerPropertiesResponse); !ok || r.Code != wire.ResponseCodeOK {
@@ -120,7 +126,7 @@ func (c *rawConn) open(frameMax uint32) {
 	if r, ok := c.read().(*wire.SASLHandshakeResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("sasl handshake: %+v", r)
 	}
-	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
+	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00" + user + "\x00" + pass)})
 	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("sasl authenticate: %+v", r)
 	}
