@@ -281,3 +281,32 @@ func TestBadInput(t *testing.T) {
 		c.expectClosed()
 	})
 }
+
+// TestTuneAnsweredWithRequestKey: rabbitmq-stream-js-client answers the server's tune with the
+// request's key 0x0014 (the Go and Java clients with 0x8014); RabbitMQ accepts both, so the
+// connection opens and works.
+func TestTuneAnsweredWithRequestKey(t *testing.T) {
+	b := startBroker(t)
+	c := dialRaw(t, b)
+	c.send(&wire.PeerProperties{CorrelationID: 1})
+	c.read()
+	c.send(&wire.SASLHandshake{CorrelationID: 2})
+	c.read()
+	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
+	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
+		t.Fatalf("sasl authenticate: %+v", r)
+	}
+	tune, ok := c.read().(*wire.Tune)
+	if !ok {
+		t.Fatal("no tune")
+	}
+	c.send(&wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat}) // key 0x0014
+	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
+	if r, ok := c.read().(*wire.OpenResponse); !ok || r.Code != wire.ResponseCodeOK {
+		t.Fatalf("open: %+v", r)
+	}
+	r := readMetadata(t, c, 5, "no-such-stream")
+	if len(r.Streams) != 1 || r.Streams[0].Code != wire.ResponseCodeStreamDoesNotExist {
+		t.Fatalf("metadata after open: %+v", r)
+	}
+}
