@@ -268,6 +268,30 @@ func TestStreamPermissionsRaw(t *testing.T) {
 		}
 	})
 
+	t.Run("a permission change reaches the open connection", func(t *testing.T) {
+		// As RabbitMQ's stream reader, which asks the permission store at each command.
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		c := f.b.srv.Core()
+		old := c.VHostGrant(appUser, "/").Permission()
+		widened := old
+		widened.Read = `^` + regexp.QuoteMeta(f.prefix) + `\.(none|rw)$`
+		if err := c.SetPermission(ctx, core.PermissionInfo{User: appUser, VHost: "/", Permission: widened}); err != nil {
+			t.Fatal(err)
+		}
+		r := readMetadata(t, rc, next(), f.n("none"), f.n("r"))
+		if r.Streams[0].Code != ok || r.Streams[1].Code != refused {
+			t.Errorf("after the change: %+v, want none ok and r refused", r.Streams)
+		}
+		if err := c.SetPermission(ctx, core.PermissionInfo{User: appUser, VHost: "/", Permission: old}); err != nil {
+			t.Fatal(err)
+		}
+		r = readMetadata(t, rc, next(), f.n("none"), f.n("r"))
+		if r.Streams[0].Code != refused || r.Streams[1].Code != ok {
+			t.Errorf("after the change back: %+v, want none refused and r ok", r.Streams)
+		}
+	})
+
 	t.Run("super stream management", func(t *testing.T) {
 		// Configure alone is not enough: read on the exchange and write on the partitions too.
 		r := rc.ask(&wire.CreateSuperStream{CorrelationID: next(), Name: f.n("cfg.ss"),

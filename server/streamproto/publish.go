@@ -32,7 +32,17 @@ func (c *conn) streamQueue(name string) (core.StreamQueue, bool) {
 	return sq, ok
 }
 
-func (c *conn) allowed(perm auth.Perm, name string) bool { return c.grant.Allows(perm, name) }
+// allowed reports whether the user may perm the resource name. It reads the user's permissions
+// as they are now, as RabbitMQ's stream reader asks its permission store at each command, so a
+// change of permissions reaches open connections (publishers and subscriptions already made are
+// kept, as there); the grant from open serves a front-end without a core.
+func (c *conn) allowed(perm auth.Perm, name string) bool {
+	g := c.grant
+	if c.s.core != nil {
+		g = c.s.core.VHostGrant(*c.user.Load(), c.vhost.Name())
+	}
+	return g != nil && g.Allows(perm, name)
+}
 
 // readsOrWrites reports whether the user may read or write name: what RabbitMQ 4.x asks of the
 // commands producers and consumers both use to learn the topology (metadata, partitions).
