@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the client conformance suites (pika, kombu, amqplib, bunny, php-amqplib) and the Celery
-# end-to-end test against a Warren this script starts, or against the broker at WARREN_URL.
+# Runs the client conformance suites (pika, kombu, amqplib, bunny, php-amqplib), the Celery
+# end-to-end test and the stream-protocol suite of rabbitmq-stream-js-client (stream-js) against a
+# Warren this script starts, or against the broker at WARREN_URL (and WARREN_STREAM_URL, a
+# rabbitmq-stream:// URI of its stream port, for stream-js).
 #
 #   conformance/clients/run.sh                    # every suite, against bin/warren
 #   conformance/clients/run.sh pika celery        # only these suites
@@ -14,7 +16,7 @@
 # A suite whose client is not installed is skipped with a message saying what to install, except
 # when CI=true: then it counts as a failure. Exit status 0 when no suite failed.
 #
-# Environment: WARREN_BIN (default bin/warren), WARREN_URL, RESULTS_DIR (default bin/clients),
+# Environment: WARREN_BIN (default bin/warren), WARREN_URL, WARREN_STREAM_URL, RESULTS_DIR (default bin/clients),
 # PYTHON (default /usr/bin/python3: Debian's python3-* packages belong to it),
 # CLIENT_SUITE_TIMEOUT (seconds per suite, default 300).
 
@@ -28,7 +30,7 @@ BIN=${WARREN_BIN:-$ROOT/bin/warren}
 RESULTS_DIR=${RESULTS_DIR:-$ROOT/bin/clients}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SUITE_TIMEOUT=${CLIENT_SUITE_TIMEOUT:-300}
-ALL_SUITES=(pika kombu amqplib bunny php-amqplib celery)
+ALL_SUITES=(pika kombu amqplib bunny php-amqplib celery stream-js)
 if [[ $# -gt 0 ]]; then suites=("$@"); else suites=("${ALL_SUITES[@]}"); fi
 in_ci() { [[ ${CI:-} == true ]]; }
 
@@ -40,6 +42,7 @@ export ROOT DIR PYTHON work
 export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the work tree
 warren_pid=""
 warren_log=""
+STREAM_URL=""
 
 stop_warren() {
   if [[ -n $warren_pid ]] && kill -0 "$warren_pid" 2>/dev/null; then
@@ -58,12 +61,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_warren: bin/warren on a port the kernel picks, with a fresh data directory. Sets URL.
+# start_warren: bin/warren on ports the kernel picks, with a fresh data directory. Sets URL and
+# STREAM_URL.
 start_warren() {
   local n=$1
   mkdir -p "$work/data$n"
   warren_log=$RESULTS_DIR/warren$n.log
-  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "" --prometheus-listen "" --stream-listen "" --data-dir "$work/data$n" >"$warren_log" 2>&1 &
+  "$BIN" serve --amqp-listen 127.0.0.1:0 --http-listen "" --prometheus-listen "" --stream-listen 127.0.0.1:0 --data-dir "$work/data$n" >"$warren_log" 2>&1 &
   warren_pid=$!
   local addr=""
   for _ in $(seq 1 150); do
@@ -78,6 +82,9 @@ start_warren() {
     return 1
   fi
   URL="amqp://guest:guest@$addr/"
+  local saddr
+  saddr=$(sed -n 's/.*msg="stream protocol listener started" addr=\(127\.0\.0\.1:[0-9]*\).*/\1/p' "$warren_log" | sed -n 1p)
+  STREAM_URL="rabbitmq-stream://guest:guest@$saddr/%2f"
   echo "clients: warren $("$BIN" version | awk '{print $2}') listening on $addr (pid $warren_pid, log $warren_log)"
 }
 
@@ -91,6 +98,13 @@ check_amqplib() {
   local pkg=$DIR/node/node_modules/amqplib/package.json
   [[ -f $pkg ]] || { echo "amqplib: run 'npm ci' in conformance/clients/node"; return 1; }
   echo "amqplib $(node -p "require('$pkg').version"), node $(node --version)"
+}
+check_stream-js() {
+  command -v node >/dev/null || { echo "node (Debian package nodejs)"; return 1; }
+  local pkg=$DIR/node/node_modules/rabbitmq-stream-js-client/package.json
+  [[ -f $pkg ]] || { echo "rabbitmq-stream-js-client: run 'npm ci' in conformance/clients/node"; return 1; }
+  [[ -n $STREAM_URL ]] || { echo "a stream port: set WARREN_STREAM_URL to the broker's rabbitmq-stream:// URI"; return 1; }
+  echo "rabbitmq-stream-js-client $(node -p "require('$pkg').version"), node $(node --version)"
 }
 check_bunny() {
   command -v ruby >/dev/null || { echo "ruby (Debian packages ruby-bunny ruby-minitest)"; return 1; }
@@ -112,6 +126,11 @@ run_amqplib() {
   cd "$DIR/node" && SUITE_NAME=amqplib node --test \
     --test-reporter=spec --test-reporter-destination=stdout \
     --test-reporter=./reporter.mjs --test-reporter-destination="$1" test/
+}
+run_stream-js() {
+  cd "$DIR/node" && SUITE_NAME=stream-js node --test \
+    --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=./reporter.mjs --test-reporter-destination="$1" stream/
 }
 run_bunny() { RESULTS_FILE=$1 SUITE_NAME=bunny ruby "$DIR/ruby/bunny_test.rb" -v; }
 run_php-amqplib() {
@@ -143,6 +162,7 @@ if [[ -z ${WARREN_URL:-} ]]; then
   starts=1
 else
   URL=$WARREN_URL
+  STREAM_URL=${WARREN_STREAM_URL:-}
   echo "clients: using the broker at $URL"
 fi
 
@@ -164,7 +184,7 @@ for suite in "${suites[@]}"; do
     echo "== $suite ($version) against $URL (log: $log)"
     start=$SECONDS
     st=0
-    (WARREN_URL=$URL timeout --kill-after=10 "$SUITE_TIMEOUT" bash -c "$(declare -f "run_$suite"); run_$suite \"\$1\"" _ "$results") \
+    (WARREN_URL=$URL WARREN_STREAM_URL=$STREAM_URL timeout --kill-after=10 "$SUITE_TIMEOUT" bash -c "$(declare -f "run_$suite"); run_$suite \"\$1\"" _ "$results") \
       >"$log" 2>&1 </dev/null || st=$?
     if [[ $st -eq 124 || $st -eq 137 ]]; then
       echo "FAIL $suite/(timed out after ${SUITE_TIMEOUT}s)" >>"$results"

@@ -42,6 +42,7 @@ type testCluster struct {
 	t     *testing.T
 	nodes []*testNode
 	peers map[string]string
+	edit  func(i int, cfg *server.Config) // applied to node i's configuration at each start
 }
 
 func freeTCPPort(t *testing.T) int {
@@ -59,10 +60,16 @@ func freeTCPPort(t *testing.T) int {
 // own address.
 func startCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with edit applied to each node's configuration.
+func startClusterWith(t *testing.T, n int, edit func(i int, cfg *server.Config)) *testCluster {
+	t.Helper()
 	if _, ok := external(); ok {
 		t.Skip("starts its own cluster of in-process brokers")
 	}
-	tc := &testCluster{t: t, peers: map[string]string{}}
+	tc := &testCluster{t: t, peers: map[string]string{}, edit: edit}
 	for i := range n {
 		nd := &testNode{id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), streamPort: freeTCPPort(t)}
 		nd.clusterAddr = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
@@ -107,6 +114,9 @@ func (tc *testCluster) start(i int) error {
 		out = os.Stderr
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", nd.id)
+	if tc.edit != nil {
+		tc.edit(i, &cfg)
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		return err

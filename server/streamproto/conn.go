@@ -319,7 +319,9 @@ func (c *conn) handlePreOpen(h wire.Header, frame []byte) bool {
 		return false
 	case h.Key == wire.CommandSASLAuthenticate && c.step == stepAuthenticating:
 		return c.authenticate(frame)
-	case h.Key == wire.CommandTune.Response() && c.step == stepTuning:
+	case h.Key.Command() == wire.CommandTune && c.step == stepTuning:
+		// The Go and Java clients answer the server's tune with 0x8014, rabbitmq-stream-js-client
+		// with 0x0014 (the request's key); RabbitMQ accepts both.
 		var m wire.Tune
 		if err := m.Decode(frame); err != nil {
 			return c.badFrame(err)

@@ -32,18 +32,35 @@ func (c *conn) streamQueue(name string) (core.StreamQueue, bool) {
 	return sq, ok
 }
 
-func (c *conn) allowed(perm auth.Perm, name string) bool { return c.grant.Allows(perm, name) }
+// allowed reports whether the user may perm the resource name. It reads the user's permissions
+// as they are now, as RabbitMQ's stream reader asks its permission store at each command, so a
+// change of permissions reaches open connections (publishers and subscriptions already made are
+// kept, as there); the grant from open serves a front-end without a core.
+func (c *conn) allowed(perm auth.Perm, name string) bool {
+	g := c.grant
+	if c.s.core != nil {
+		g = c.s.core.VHostGrant(*c.user.Load(), c.vhost.Name())
+	}
+	return g != nil && g.Allows(perm, name)
+}
+
+// readsOrWrites reports whether the user may read or write name: what RabbitMQ 4.x asks of the
+// commands producers and consumers both use to learn the topology (metadata, partitions).
+func (c *conn) readsOrWrites(name string) bool {
+	return c.allowed(auth.Read, name) || c.allowed(auth.Write, name)
+}
 
 // readableStream looks up a stream the connection reads from: its queue and ResponseCodeOK, or
-// stream_does_not_exist, or access_refused without read permission on it (RabbitMQ's codes, in
-// that order).
+// access_refused without read permission on it, or stream_does_not_exist. The permission comes
+// first, as in RabbitMQ's stream reader, so that a user learns nothing about the existence of a
+// stream it may not read.
 func (c *conn) readableStream(name string) (core.StreamQueue, wire.ResponseCode) {
+	if !c.allowed(auth.Read, name) {
+		return nil, wire.ResponseCodeAccessRefused
+	}
 	sq, ok := c.streamQueue(name)
 	if !ok {
 		return nil, wire.ResponseCodeStreamDoesNotExist
-	}
-	if !c.allowed(auth.Read, name) {
-		return nil, wire.ResponseCodeAccessRefused
 	}
 	return sq, wire.ResponseCodeOK
 }
@@ -58,11 +75,10 @@ func (c *conn) declarePublisher(frame []byte) error {
 	return nil
 }
 
+// declarePublisherCode checks in RabbitMQ's order: write permission (access_refused, whether
+// the stream exists or not), a publisher id or reference already in use (precondition_failed),
+// then the stream (stream_does_not_exist).
 func (c *conn) declarePublisherCode(m *wire.DeclarePublisher) wire.ResponseCode {
-	sq, ok := c.streamQueue(m.Stream)
-	if !ok {
-		return wire.ResponseCodeStreamDoesNotExist
-	}
 	if !c.allowed(auth.Write, m.Stream) {
 		return wire.ResponseCodeAccessRefused
 	}
@@ -77,6 +93,10 @@ func (c *conn) declarePublisherCode(m *wire.DeclarePublisher) wire.ResponseCode 
 				return wire.ResponseCodePreconditionFailed
 			}
 		}
+	}
+	sq, ok := c.streamQueue(m.Stream)
+	if !ok {
+		return wire.ResponseCodeStreamDoesNotExist
 	}
 	c.publishers[m.PublisherID] = &publisher{id: m.PublisherID, ref: m.Reference, stream: m.Stream, rep: sq.Replica()}
 	return wire.ResponseCodeOK
@@ -99,18 +119,18 @@ func (c *conn) deletePublisher(frame []byte) error {
 	return nil
 }
 
+// queryPublisherSequence answers a deduplicating publisher's last publishing id. RabbitMQ asks
+// for read permission here (not write, although publishers ask), before looking the stream up.
 func (c *conn) queryPublisherSequence(frame []byte) error {
 	var m wire.QueryPublisherSequence
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
 	resp := &wire.QueryPublisherSequenceResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
-	sq, ok := c.streamQueue(m.Stream)
+	sq, code := c.readableStream(m.Stream)
 	switch {
-	case !ok:
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	case !c.allowed(auth.Read, m.Stream) && !c.allowed(auth.Write, m.Stream):
-		resp.Code = wire.ResponseCodeAccessRefused
+	case code != wire.ResponseCodeOK:
+		resp.Code = code
 	case m.Reference != "":
 		resp.Sequence = sq.Replica().Log().WriterSequence(m.Reference)
 	}

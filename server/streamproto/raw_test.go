@@ -109,8 +109,14 @@ func (c *rawConn) expectClose(code wire.ResponseCode) {
 	c.expectClosed()
 }
 
-// open runs the handshake as guest and returns the negotiated frame max.
+// open runs the handshake as guest with frame max frameMax.
 func (c *rawConn) open(frameMax uint32) {
+	c.t.Helper()
+	c.openAs("guest", "guest", frameMax)
+}
+
+// openAs runs the handshake as user in vhost "/".
+func (c *rawConn) openAs(user, pass string, frameMax uint32) {
 	c.t.Helper()
 	c.send(&wire.PeerProperties{CorrelationID: 1, Properties: []wire.Property{{Key: "product", Value: "raw"}}})
 	if r, ok := c.read().(*wire.PeerPropertiesResponse); !ok || r.Code != wire.ResponseCodeOK {
@@ -120,7 +126,7 @@ func (c *rawConn) open(frameMax uint32) {
 	if r, ok := c.read().(*wire.SASLHandshakeResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("sasl handshake: %+v", r)
 	}
-	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
+	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00" + user + "\x00" + pass)})
 	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("sasl authenticate: %+v", r)
 	}
@@ -274,4 +280,33 @@ func TestBadInput(t *testing.T) {
 		}
 		c.expectClosed()
 	})
+}
+
+// TestTuneAnsweredWithRequestKey: rabbitmq-stream-js-client answers the server's tune with the
+// request's key 0x0014 (the Go and Java clients with 0x8014); RabbitMQ accepts both, so the
+// connection opens and works.
+func TestTuneAnsweredWithRequestKey(t *testing.T) {
+	b := startBroker(t)
+	c := dialRaw(t, b)
+	c.send(&wire.PeerProperties{CorrelationID: 1})
+	c.read()
+	c.send(&wire.SASLHandshake{CorrelationID: 2})
+	c.read()
+	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
+	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
+		t.Fatalf("sasl authenticate: %+v", r)
+	}
+	tune, ok := c.read().(*wire.Tune)
+	if !ok {
+		t.Fatal("no tune")
+	}
+	c.send(&wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat}) // key 0x0014
+	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
+	if r, ok := c.read().(*wire.OpenResponse); !ok || r.Code != wire.ResponseCodeOK {
+		t.Fatalf("open: %+v", r)
+	}
+	r := readMetadata(t, c, 5, "no-such-stream")
+	if len(r.Streams) != 1 || r.Streams[0].Code != wire.ResponseCodeStreamDoesNotExist {
+		t.Fatalf("metadata after open: %+v", r)
+	}
 }

@@ -107,13 +107,14 @@ func (c *conn) deleteStream(frame []byte) error {
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
+	// Configure permission first, as RabbitMQ: a refused user learns nothing of the stream.
 	code := wire.ResponseCodeOK
 	q := c.vhost.Queue(m.Stream)
 	switch {
-	case q == nil || q.Kind() != "stream":
-		code = wire.ResponseCodeStreamDoesNotExist
 	case !c.allowed(auth.Configure, m.Stream):
 		code = wire.ResponseCodeAccessRefused
+	case q == nil || q.Kind() != "stream":
+		code = wire.ResponseCodeStreamDoesNotExist
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		_, err := c.vhost.DeleteQueue(c.actor(ctx), q, false, false, nil)
@@ -134,6 +135,10 @@ func (c *conn) deleteStream(frame []byte) error {
 // advertises (asked of the node over the cluster port and cached, as RabbitMQ's stream plugin
 // asks each node). A node that does not answer is left out; a stream without a leader has
 // leader reference 0xFFFF, which clients take as "not ready yet".
+//
+// Each stream needs read or write permission, as in RabbitMQ 4.x (since 4.2.9 and 4.3.3: both
+// producers and consumers ask): one the user may neither read nor write is answered
+// access_refused, whether it exists or not, and its nodes are not listed among the brokers.
 func (c *conn) metadata(frame []byte) error {
 	var m wire.Metadata
 	if err := m.Decode(frame); err != nil {
@@ -141,27 +146,33 @@ func (c *conn) metadata(frame []byte) error {
 	}
 	resp := &wire.MetadataResponse{CorrelationID: m.CorrelationID}
 	tops := make([]core.StreamTopology, len(m.Streams))
-	found := make([]bool, len(m.Streams))
+	codes := make([]wire.ResponseCode, len(m.Streams))
 	var nodes []string
 	for i, name := range m.Streams {
+		codes[i] = wire.ResponseCodeStreamDoesNotExist
+		if !c.readsOrWrites(name) {
+			codes[i] = wire.ResponseCodeAccessRefused
+			continue
+		}
 		if _, ok := c.streamQueue(name); !ok {
 			continue
 		}
-		tops[i], found[i] = c.vhost.StreamTopology(name)
-		if t := tops[i]; found[i] {
-			if t.Leader != "" {
-				nodes = append(nodes, t.Leader)
-			}
-			nodes = append(nodes, t.Replicas...)
+		t, found := c.vhost.StreamTopology(name)
+		if !found {
+			continue
 		}
+		tops[i], codes[i] = t, wire.ResponseCodeOK
+		if t.Leader != "" {
+			nodes = append(nodes, t.Leader)
+		}
+		nodes = append(nodes, t.Replicas...)
 	}
 	slices.Sort(nodes)
 	nodes = slices.Compact(nodes)
 	refs := c.brokerRefs(nodes, resp)
 	for i, name := range m.Streams {
-		sm := wire.StreamMetadata{Stream: name, Code: wire.ResponseCodeOK, Leader: wire.NoLeader}
-		if !found[i] {
-			sm.Code = wire.ResponseCodeStreamDoesNotExist
+		sm := wire.StreamMetadata{Stream: name, Code: codes[i], Leader: wire.NoLeader}
+		if codes[i] != wire.ResponseCodeOK {
 			resp.Streams = append(resp.Streams, sm)
 			continue
 		}
@@ -254,34 +265,58 @@ func (c *conn) exchangeCommandVersions(frame []byte) error {
 	return nil
 }
 
+// partitions lists a super stream's partitions. As in RabbitMQ 4.x, the user needs read or
+// write permission on the super stream's exchange (checked before it is looked up) and on every
+// partition; otherwise the answer is access_refused with no partitions.
 func (c *conn) partitions(frame []byte) error {
 	var m wire.Partitions
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
 	resp := &wire.StreamsResponse{Command: wire.CommandPartitions, CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
-	parts, ok := c.vhost.SuperStreamPartitions(m.SuperStream)
-	if !ok {
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	}
-	resp.Streams = parts
+	resp.Code, resp.Streams = c.superStreamStreams(m.SuperStream, c.readsOrWrites, func() ([]string, bool) {
+		return c.vhost.SuperStreamPartitions(m.SuperStream)
+	})
 	c.write(resp)
 	return nil
 }
 
+// route lists the partitions a routing key is bound to (a producer's key routing). As in
+// RabbitMQ 4.x, the user needs write permission on the super stream's exchange (checked before
+// it is looked up) and on every partition routed to; otherwise the answer is access_refused
+// with no streams.
 func (c *conn) route(frame []byte) error {
 	var m wire.Route
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
 	resp := &wire.StreamsResponse{Command: wire.CommandRoute, CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK}
-	streams, ok := c.vhost.SuperStreamRoute(m.SuperStream, m.RoutingKey)
-	if !ok {
-		resp.Code = wire.ResponseCodeStreamDoesNotExist
-	}
-	resp.Streams = streams
+	writes := func(name string) bool { return c.allowed(auth.Write, name) }
+	resp.Code, resp.Streams = c.superStreamStreams(m.SuperStream, writes, func() ([]string, bool) {
+		return c.vhost.SuperStreamRoute(m.SuperStream, m.RoutingKey)
+	})
 	c.write(resp)
 	return nil
+}
+
+// superStreamStreams answers partitions and route: access_refused unless allowed(superStream),
+// stream_does_not_exist unless lookup finds the super stream, access_refused unless allowed
+// for every stream found, else the streams.
+func (c *conn) superStreamStreams(superStream string, allowed func(string) bool,
+	lookup func() ([]string, bool)) (wire.ResponseCode, []string) {
+	if !allowed(superStream) {
+		return wire.ResponseCodeAccessRefused, nil
+	}
+	streams, ok := lookup()
+	if !ok {
+		return wire.ResponseCodeStreamDoesNotExist, nil
+	}
+	for _, s := range streams {
+		if !allowed(s) {
+			return wire.ResponseCodeAccessRefused, nil
+		}
+	}
+	return wire.ResponseCodeOK, streams
 }
 
 func (c *conn) createSuperStream(frame []byte) error {
@@ -294,17 +329,15 @@ func (c *conn) createSuperStream(frame []byte) error {
 }
 
 func (c *conn) createSuperStreamCode(m *wire.CreateSuperStream) wire.ResponseCode {
-	n := len(m.Partitions)
-	if m.Name == "" || n == 0 || len(m.BindingKeys) != n {
+	if m.Name == "" {
 		return wire.ResponseCodePreconditionFailed
 	}
-	if !c.allowed(auth.Configure, m.Name) {
+	if !c.managesSuperStream(m.Name, m.Partitions) {
 		return wire.ResponseCodeAccessRefused
 	}
-	for _, p := range m.Partitions {
-		if !c.allowed(auth.Configure, p) {
-			return wire.ResponseCodeAccessRefused
-		}
+	n := len(m.Partitions)
+	if n == 0 || len(m.BindingKeys) != n {
+		return wire.ResponseCodePreconditionFailed
 	}
 	if _, ok := c.vhost.SuperStreamPartitions(m.Name); ok {
 		return wire.ResponseCodeStreamAlreadyExists
@@ -338,12 +371,16 @@ func (c *conn) deleteSuperStream(frame []byte) error {
 	if err := m.Decode(frame); err != nil {
 		return err
 	}
+	// RabbitMQ's order: configure on the exchange (a refused user learns nothing of the super
+	// stream), then the super stream, then what creating it needs, on the partitions it has now.
 	code := wire.ResponseCodeOK
 	parts, ok := c.vhost.SuperStreamPartitions(m.Name)
 	switch {
+	case !c.allowed(auth.Configure, m.Name):
+		code = wire.ResponseCodeAccessRefused
 	case !ok:
 		code = wire.ResponseCodeStreamDoesNotExist
-	case !c.allowed(auth.Configure, m.Name):
+	case !c.managesSuperStream(m.Name, parts):
 		code = wire.ResponseCodeAccessRefused
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -360,4 +397,20 @@ func (c *conn) deleteSuperStream(frame []byte) error {
 		}
 	}
 	return nil
+}
+
+// managesSuperStream reports whether the user may create (or delete) super stream name with
+// partitions, by RabbitMQ's rule (rabbit_stream_utils:check_super_stream_management_permitted):
+// configure on the exchange and on every partition, read on the exchange and write on every
+// partition (the bindings from the one to the others).
+func (c *conn) managesSuperStream(name string, partitions []string) bool {
+	if !c.allowed(auth.Configure, name) || !c.allowed(auth.Read, name) {
+		return false
+	}
+	for _, p := range partitions {
+		if !c.allowed(auth.Configure, p) || !c.allowed(auth.Write, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -103,16 +103,17 @@ func (c *conn) subscribe(frame []byte) error {
 	return nil
 }
 
+// subscribeCode checks in RabbitMQ's order: read permission, the stream, the subscription id.
 func (c *conn) subscribeCode(m *wire.Subscribe) wire.ResponseCode {
+	sq, code := c.readableStream(m.Stream)
+	if code != wire.ResponseCodeOK {
+		return code
+	}
 	c.mu.Lock()
 	_, dup := c.subs[m.SubscriptionID]
 	c.mu.Unlock()
 	if dup {
 		return wire.ResponseCodeSubscriptionIDAlreadyExists
-	}
-	sq, code := c.readableStream(m.Stream)
-	if code != wire.ResponseCodeOK {
-		return code
 	}
 	rep := sq.Replica()
 	s := &subscription{c: c, id: m.SubscriptionID, stream: m.Stream, log: rep.Log(), rep: rep,
