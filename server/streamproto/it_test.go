@@ -65,22 +65,7 @@ func startBrokerTB(t testing.TB) broker {
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.StreamListen = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	cfg.DiskFreeLimit = 0
-	cfg.MemoryHighWatermark = 0
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	srv := startServer(t, cfg)
 	sa := srv.StreamAddr().(*net.TCPAddr)
 	aa := srv.Addr().(*net.TCPAddr)
 	return broker{streamURI: fmt.Sprintf("rabbitmq-stream://guest:guest@127.0.0.1:%d/%%2f", sa.Port),
@@ -206,4 +191,27 @@ func TestPublishConsume(t *testing.T) {
 			t.Fatalf("message %d: %q at offset %d", i, bodies[i], offsets[i])
 		}
 	}
+}
+
+// startServer starts an in-process broker with cfg (alarms off) and shuts it down at the end of
+// the test.
+func startServer(t testing.TB, cfg server.Config) *server.Server {
+	t.Helper()
+	cfg.DiskFreeLimit = 0
+	cfg.MemoryHighWatermark = 0
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return srv
 }

@@ -5,7 +5,6 @@ package streamproto_test
 // one node and across a 3-node cluster; rabbitmq-stream-go-client follows them over TLS.
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -151,22 +150,7 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 	cfg.StreamAdvertisedHost = "localhost"
 	cfg.TLS = tlsconf.Options{CertFile: pki.certFile, KeyFile: pki.keyFile}
 	cfg.DataDir = t.TempDir()
-	cfg.DiskFreeLimit = 0
-	cfg.MemoryHighWatermark = 0
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	startServer(t, cfg)
 	tlsAddr := fmt.Sprintf("localhost:%d", tlsPort)
 	wantTLS, wantPlain := tlsAddr, fmt.Sprintf("localhost:%d", plainPort)
 
