@@ -118,6 +118,54 @@ func (b *Broker) addMember(ctx context.Context, q *Queue, node, addr string) err
 	return nil
 }
 
+// handOverLeadership moves the leadership of q's group away from node before node is demoted: a
+// leader that demotes itself steps down, and the group then has no leader for raft's election
+// timeout (12-24 s), during which nodes that are not voters do not even learn the new membership.
+// It tries each other voter that is up, and again every handOverRetry while the leader is node
+// or unknown (a leader being elected), for at most handOverFor; it returns nil once another node
+// leads.
+func (b *Broker) handOverLeadership(ctx context.Context, q *Queue, node string, voters []string) error {
+	ctx, cancel := context.WithTimeout(ctx, handOverFor)
+	defer cancel()
+	var last error
+	for {
+		switch leader := q.group.Leader(); leader {
+		case node:
+			for _, v := range voters {
+				if v == node || !b.node.PeerUp(v) {
+					continue
+				}
+				addr, err := b.memberAddr(v)
+				if err == nil {
+					err = q.group.TransferLeadership(ctx, v, addr)
+				}
+				if err != nil {
+					last = err
+					continue
+				}
+				break
+			}
+		case "":
+			last = errors.New("the queue has no leader at the moment")
+		default:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("hand over the leadership first: %w", errors.Join(ctx.Err(), last))
+		case <-time.After(handOverRetry):
+		}
+	}
+}
+
+// handOverRetry is how often handOverLeadership looks at the leader again, and handOverFor how
+// long it tries: a transfer that cannot happen within a few seconds (no other voter caught up)
+// is not worth holding the request for.
+const (
+	handOverRetry = 100 * time.Millisecond
+	handOverFor   = 5 * time.Second
+)
+
 // DeleteQueueMember makes node a non-voting replica of quorum queue name in vhost; the last
 // member cannot go.
 func (b *Broker) DeleteQueueMember(ctx context.Context, vhost, name, node string) error {
@@ -138,19 +186,11 @@ func (b *Broker) deleteMember(ctx context.Context, q *Queue, node string) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, memberChangeTimeout)
 	defer cancel()
-	if q.group.Leader() == node {
-		// Hand the leadership over first: a leader that demotes itself steps down and the group
-		// waits an election timeout for the next one.
-		for _, v := range voters {
-			if v == node || !b.node.PeerUp(v) {
-				continue
-			}
-			if addr, err := b.memberAddr(v); err == nil {
-				if err := q.group.TransferLeadership(ctx, v, addr); err == nil {
-					break
-				}
-			}
-		}
+	if err := b.handOverLeadership(ctx, q, node, voters); err != nil {
+		// Demote all the same: the leader's answer is the authority (this node's view of the
+		// voters may lag behind it), and a group that is only slow gets a leader again by itself.
+		b.log.Warn("quorum queue member removed without a hand-over of the leadership", "vhost", q.vhost.name,
+			"queue", q.name, "node", node, "err", err)
 	}
 	if err := q.group.DemoteVoter(ctx, node); err != nil {
 		return fmt.Errorf("remove %s from queue '%s' in vhost '%s': %w", node, q.name, q.vhost.name, err)
