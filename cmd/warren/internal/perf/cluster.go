@@ -325,12 +325,17 @@ func (tc *testCluster) cpu() ([]time.Duration, error) {
 	return out, nil
 }
 
+// progressEvery is the window, in declares, of the declare rate logged while declaring.
+const progressEvery = 100
+
 // clusterQueue is the name of the i-th queue (from 1).
 func clusterQueue(i int) string { return fmt.Sprintf("perf-cluster-q-%d", i) }
 
 // declareQueues declares queues 1..n as durable quorum queues through uri with ch channels in
-// parallel, and returns how many it declared, the time it took and the first error.
-func declareQueues(ctx context.Context, uri string, n, chans int) (int, time.Duration, error) {
+// parallel, and returns how many it declared, the time it took and the first error. Every
+// progressEvery declares it calls progress with the count and the rate of that last window, so a
+// rate that falls as groups accumulate shows where it falls (nil: no progress).
+func declareQueues(ctx context.Context, uri string, n, chans int, progress func(done int, rate float64)) (int, time.Duration, error) {
 	conn, err := dial(uri, "warren-perf cluster declare")
 	if err != nil {
 		return 0, 0, fmt.Errorf("connect: %w", err)
@@ -345,6 +350,21 @@ func declareQueues(ctx context.Context, uri string, n, chans int) (int, time.Dur
 	)
 	args := amqp.Table{"x-queue-type": "quorum"}
 	start := time.Now()
+	var (
+		pmu      sync.Mutex
+		lastMark = start
+	)
+	mark := func(done int) {
+		if progress == nil || done%progressEvery != 0 {
+			return
+		}
+		pmu.Lock()
+		now := time.Now()
+		rate := progressEvery / now.Sub(lastMark).Seconds()
+		lastMark = now
+		progress(done, rate) // under pmu: calls are serial
+		pmu.Unlock()
+	}
 	for c := 0; c < chans; c++ {
 		wg.Add(1)
 		go func() {
@@ -366,7 +386,7 @@ func declareQueues(ctx context.Context, uri string, n, chans int) (int, time.Dur
 					ch = nil // the channel is closed by the error
 					continue
 				}
-				declared.Add(1)
+				mark(int(declared.Add(1)))
 			}
 			if ch != nil {
 				_ = ch.Close()
@@ -440,7 +460,21 @@ func clusterRun(ctx context.Context, cfg ClusterConfig) (*ClusterResult, error) 
 		return nil, err
 	}
 	cfg.logf("  cluster up; declaring %d quorum queues through %s", cfg.Queues, tc.nodes[0].id)
-	n, took, derr := declareQueues(ctx, tc.nodes[0].uri, cfg.Queues, cfg.Channels)
+	// The nodes' CPU time per declare over each window is what a shared machine cannot skew: the
+	// rate falls when other work takes the cores, the CPU per declare only when a declare costs more.
+	lastCPU, _ := tc.cpu()
+	n, took, derr := declareQueues(ctx, tc.nodes[0].uri, cfg.Queues, cfg.Channels, func(done int, rate float64) {
+		cpu, err := tc.cpu()
+		var ms float64
+		if err == nil && len(lastCPU) == len(cpu) {
+			for i := range cpu {
+				ms += float64(cpu[i]-lastCPU[i]) / float64(time.Millisecond)
+			}
+			lastCPU = cpu
+		}
+		cfg.logf("  declared %d: %.1f/s, nodes' CPU %.1f ms per declare over the last %d (load %s)",
+			done, rate, ms/progressEvery, progressEvery, loadAverage())
+	})
 	res.Declared, res.DeclareSeconds = n, took.Seconds()
 	if took > 0 {
 		res.DeclareRate = float64(n) / took.Seconds()
