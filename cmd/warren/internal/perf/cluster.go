@@ -648,6 +648,11 @@ done:
 	if !killAt.IsZero() {
 		if lastAck.Before(killAt) {
 			stall = time.Since(killAt) // nothing confirmed after the kill
+		} else if recovered.IsZero() || fo.Error != "" {
+			// Publishes were left unconfirmed (or none published after the kill was confirmed):
+			// the stall lasts from the last confirm to now, not only between confirms (a run whose
+			// queue never failed over reported the 79 ms between the last confirms before it).
+			stall = max(stall, time.Since(lastAck))
 		}
 		fo.StallMs = float64(stall) / float64(time.Millisecond)
 		if !recovered.IsZero() {
