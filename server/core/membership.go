@@ -189,7 +189,7 @@ func (b *Broker) deleteMember(ctx context.Context, q *Queue, node string) error 
 	if err := b.handOverLeadership(ctx, q, node, voters); err != nil {
 		// Demote all the same: the leader's answer is the authority (this node's view of the
 		// voters may lag behind it), and a group that is only slow gets a leader again by itself.
-		b.log.Warn("quorum queue member removed without a hand-over of the leadership", "vhost", q.vhost.name,
+		b.log.Warn("quorum queue leadership not handed over before removing a member", "vhost", q.vhost.name,
 			"queue", q.name, "node", node, "err", err)
 	}
 	if err := q.group.DemoteVoter(ctx, node); err != nil {
