@@ -5,18 +5,9 @@ package streamproto_test
 // one node and across a 3-node cluster; rabbitmq-stream-go-client follows them over TLS.
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -27,65 +18,8 @@ import (
 	"warren/server"
 	"warren/server/streamproto/wire"
 	"warren/server/tlsconf"
+	"warren/server/tlsconf/tlstest"
 )
-
-// streamPKI is a CA and a server certificate for localhost and 127.0.0.1 in PEM files.
-type streamPKI struct {
-	certFile, keyFile string
-	pool              *x509.CertPool
-}
-
-func newStreamPKI(t *testing.T) *streamPKI {
-	t.Helper()
-	dir := t.TempDir()
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Warren stream test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &streamPKI{certFile: filepath.Join(dir, "server.pem"), keyFile: filepath.Join(dir, "server.key"),
-		pool: x509.NewCertPool()}
-	p.pool.AddCert(caCert)
-	write := func(path, kind string, b []byte) {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(p.certFile, "CERTIFICATE", der)
-	write(p.keyFile, "EC PRIVATE KEY", keyDER)
-	return p
-}
-
-func (p *streamPKI) clientConfig() *tls.Config {
-	return &tls.Config{RootCAs: p.pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
-}
 
 // dialRawTLS connects to addr over TLS and returns the raw connection (not opened yet).
 func dialRawTLS(t *testing.T, addr string, cfg *tls.Config) *rawConn {
@@ -141,14 +75,14 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 	if _, ok := external(); ok {
 		t.Skip("starts its own broker with a TLS listener")
 	}
-	pki := newStreamPKI(t)
+	pki := tlstest.New(t)
 	plainPort, tlsPort := freeTCPPort(t), freeTCPPort(t)
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.StreamListen = fmt.Sprintf("127.0.0.1:%d", plainPort)
 	cfg.StreamTLSListen = fmt.Sprintf("127.0.0.1:%d", tlsPort)
 	cfg.StreamAdvertisedHost = "localhost"
-	cfg.TLS = tlsconf.Options{CertFile: pki.certFile, KeyFile: pki.keyFile}
+	cfg.TLS = tlsconf.Options{CertFile: pki.CertFile, KeyFile: pki.KeyFile}
 	cfg.DataDir = t.TempDir()
 	startServer(t, cfg)
 	tlsAddr := fmt.Sprintf("localhost:%d", tlsPort)
@@ -157,7 +91,7 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 	// rabbitmq-stream-go-client over TLS: declare, publish (through the leader's endpoint that
 	// metadata names: the client checks that open advertises the same) and consume.
 	e, err := stream.NewEnvironment(stream.NewEnvironmentOptions().
-		SetUri("rabbitmq-stream+tls://guest:guest@" + tlsAddr + "/%2f").SetTLSConfig(pki.clientConfig()))
+		SetUri("rabbitmq-stream+tls://guest:guest@" + tlsAddr + "/%2f").SetTLSConfig(pki.ClientConfig("localhost")))
 	if err != nil {
 		t.Fatalf("connect over TLS: %v", err)
 	}
@@ -176,7 +110,7 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 		t.Fatalf("the Go client's metadata over TLS: leader %s, want %s", got, wantTLS)
 	}
 
-	rc := dialRawTLS(t, tlsAddr, pki.clientConfig())
+	rc := dialRawTLS(t, tlsAddr, pki.ClientConfig("localhost"))
 	if got := rc.openAdvertised(); got != wantTLS {
 		t.Fatalf("open over TLS advertises %s, want %s", got, wantTLS)
 	}
@@ -202,11 +136,11 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 // of any node names every node (leader and replicas) by its own TLS port and the advertised host;
 // asked over plain TCP, by the plain ports.
 func TestTLSMetadataCluster(t *testing.T) {
-	pki := newStreamPKI(t)
+	pki := tlstest.New(t)
 	tlsPorts := []int{freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)}
 	tc := startClusterWith(t, 3, func(i int, cfg *server.Config) {
 		cfg.StreamTLSListen = fmt.Sprintf("127.0.0.1:%d", tlsPorts[i])
-		cfg.TLS = tlsconf.Options{CertFile: pki.certFile, KeyFile: pki.keyFile}
+		cfg.TLS = tlsconf.Options{CertFile: pki.CertFile, KeyFile: pki.KeyFile}
 	})
 	e := clusterEnv(t, tc, 0)
 	name := declareOn(t, e)
@@ -241,7 +175,7 @@ func TestTLSMetadataCluster(t *testing.T) {
 		}
 	}
 	for via := range tc.nodes {
-		rc := dialRawTLS(t, fmt.Sprintf("127.0.0.1:%d", tlsPorts[via]), pki.clientConfig())
+		rc := dialRawTLS(t, fmt.Sprintf("127.0.0.1:%d", tlsPorts[via]), pki.ClientConfig("localhost"))
 		_ = rc.nc.SetDeadline(time.Now().Add(2 * clusterWait))
 		if got := rc.openAdvertised(); got != tlsOf(via) {
 			t.Fatalf("open over TLS on %s advertises %s, want %s", tc.nodes[via].id, got, tlsOf(via))
