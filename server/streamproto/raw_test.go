@@ -118,6 +118,16 @@ func (c *rawConn) open(frameMax uint32) {
 // openAs runs the handshake as user in vhost "/".
 func (c *rawConn) openAs(user, pass string, frameMax uint32) {
 	c.t.Helper()
+	c.handshake(user, pass, func(tune *wire.Tune) *wire.Tune {
+		return &wire.Tune{FrameMax: frameMax, Heartbeat: tune.Heartbeat, Response: true}
+	})
+}
+
+// handshake runs peer properties, PLAIN authentication as user, the answer answer(tune) to the
+// server's tune and open of vhost "/", failing the test on any refusal; it returns open's response
+// (its properties advertise the node's endpoint).
+func (c *rawConn) handshake(user, pass string, answer func(*wire.Tune) *wire.Tune) *wire.OpenResponse {
+	c.t.Helper()
 	c.send(&wire.PeerProperties{CorrelationID: 1, Properties: []wire.Property{{Key: "product", Value: "raw"}}})
 	if r, ok := c.read().(*wire.PeerPropertiesResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("peer properties: %+v", r)
@@ -134,11 +144,13 @@ func (c *rawConn) openAs(user, pass string, frameMax uint32) {
 	if !ok {
 		c.t.Fatal("no tune")
 	}
-	c.send(&wire.Tune{FrameMax: frameMax, Heartbeat: tune.Heartbeat, Response: true})
+	c.send(answer(tune))
 	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
-	if r, ok := c.read().(*wire.OpenResponse); !ok || r.Code != wire.ResponseCodeOK {
+	r, ok := c.read().(*wire.OpenResponse)
+	if !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("open: %+v", r)
 	}
+	return r
 }
 
 func TestBadInput(t *testing.T) {
@@ -288,23 +300,9 @@ func TestBadInput(t *testing.T) {
 func TestTuneAnsweredWithRequestKey(t *testing.T) {
 	b := startBroker(t)
 	c := dialRaw(t, b)
-	c.send(&wire.PeerProperties{CorrelationID: 1})
-	c.read()
-	c.send(&wire.SASLHandshake{CorrelationID: 2})
-	c.read()
-	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
-	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
-		t.Fatalf("sasl authenticate: %+v", r)
-	}
-	tune, ok := c.read().(*wire.Tune)
-	if !ok {
-		t.Fatal("no tune")
-	}
-	c.send(&wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat}) // key 0x0014
-	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
-	if r, ok := c.read().(*wire.OpenResponse); !ok || r.Code != wire.ResponseCodeOK {
-		t.Fatalf("open: %+v", r)
-	}
+	c.handshake("guest", "guest", func(tune *wire.Tune) *wire.Tune {
+		return &wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat} // key 0x0014
+	})
 	r := readMetadata(t, c, 5, "no-such-stream")
 	if len(r.Streams) != 1 || r.Streams[0].Code != wire.ResponseCodeStreamDoesNotExist {
 		t.Fatalf("metadata after open: %+v", r)

@@ -37,24 +37,9 @@ func dialRawTLS(t *testing.T, addr string, cfg *tls.Config) *rawConn {
 // openAdvertised runs the handshake as guest and returns what open advertised.
 func (c *rawConn) openAdvertised() string {
 	c.t.Helper()
-	c.send(&wire.PeerProperties{CorrelationID: 1})
-	c.read()
-	c.send(&wire.SASLHandshake{CorrelationID: 2})
-	c.read()
-	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00guest\x00guest")})
-	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
-		c.t.Fatalf("sasl authenticate: %+v", r)
-	}
-	tune, ok := c.read().(*wire.Tune)
-	if !ok {
-		c.t.Fatal("no tune")
-	}
-	c.send(&wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat, Response: true})
-	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
-	r, ok := c.read().(*wire.OpenResponse)
-	if !ok || r.Code != wire.ResponseCodeOK {
-		c.t.Fatalf("open: %+v", r)
-	}
+	r := c.handshake("guest", "guest", func(tune *wire.Tune) *wire.Tune {
+		return &wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat, Response: true}
+	})
 	var host, port string
 	for _, p := range r.Properties {
 		switch p.Key {
