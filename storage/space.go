@@ -24,11 +24,11 @@ import (
 // a mapped page into an error, so storage keeps badger away from the last free bytes.
 //
 // With our options (badgerOptions) badger pre-allocates, sparsely:
-//   - value log: each file is created at 2 x ValueLogFileSize = 128 MiB and mapped whole; it is
-//     rotated after the write that takes it past 64 MiB (one round of the committer: at most 16 MiB
-//     more; 64.1 to 64.8 MiB measured) and truncated to its end. Only the newest file is written.
-//   - memtables: MemTableSize 16 MiB, NumMemtables 2. Each memtable's WAL is created at 2 x 16 MiB =
-//     32 MiB; it is full when the WAL or the skiplist reaches 16 MiB, then it is flushed to a level-0
+//   - value log: each file is created at 2 x ValueLogFileSize = 40 MiB and mapped whole; it is
+//     rotated after the write that takes it past 20 MiB (one round of the committer: at most 16 MiB
+//     more) and truncated to its end. Only the newest file is written.
+//   - memtables: MemTableSize 8 MiB, NumMemtables 2. Each memtable's WAL is created at 2 x 8 MiB =
+//     16 MiB; it is full when the WAL or the skiplist reaches 8 MiB, then it is flushed to a level-0
 //     table and its WAL deleted. Values of at least ValueThreshold (512 bytes) go to the value log, so
 //     the WAL holds their keys and 12-byte value pointers; smaller values are in the WAL itself.
 //   - tables: a flush or a compaction writes each new table into a file created at the table's size;

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 )
 
 // FormatVersion is the on-disk format this build reads and writes; it is recorded in Dir/FORMAT.
@@ -47,13 +48,20 @@ const (
 	// The value threshold, memtable and value-log sizes decide what badger pre-allocates and writes on
 	// its own, and so the disk-space reserve: see space.go.
 	defaultValueThreshold = 512
-	defaultMemTableSize   = 16 << 20
+	// 8 MiB memtables: each memtable is an arena of the heap, and the level-0 table a flush builds
+	// from it is held whole in a table builder whose buffers badger's allocator pool keeps for the
+	// next build; 16 MiB ones cost a 1,000,000-message quorum backlog 40-60 MB of heap per node.
+	defaultMemTableSize   = 8 << 20
 	defaultNumMemtables   = 2
 	defaultBlockCacheSize = 16 << 20
 	defaultIndexCacheSize = 16 << 20
 	// defaultValueLogFileSize is small because value-log GC reads a whole file through its mapping:
-	// 64 MiB bounds the resident set a rewrite can add before the trimmer drops it.
-	defaultValueLogFileSize = 64 << 20
+	// the file size bounds the resident set a rewrite can add before the trimmer drops it (64 MiB
+	// files put a 1,000,000-message quorum backlog's drain over 300 MB per node). It is also badger's
+	// largest value, so it must hold the largest message (16 MiB, RabbitMQ 4.x's max_message_size)
+	// with its record header: 20 MiB (32 MiB files left peaks of 280 MB in that drain, 16 MiB ones
+	// under 240 MB).
+	defaultValueLogFileSize = 20 << 20
 	defaultNumCompactors    = 2
 	defaultGCInterval       = time.Minute
 	defaultGCDiscardRatio   = 0.5
@@ -78,8 +86,8 @@ type Options struct {
 	// Unexported knobs for tests and tuning.
 	maxPendingBytes  int64         // committer queue bound in payload bytes (default 16 MiB)
 	maxPendingOps    int           // committer queue bound in operations (default 64k)
-	memTableSize     int64         // default 16 MiB
-	valueLogFileSize int64         // default 64 MiB
+	memTableSize     int64         // default 8 MiB
+	valueLogFileSize int64         // default 20 MiB
 	trimBudget       int64         // file-backed RSS above which the trimmer pages out (default 48 MiB; <0 = off)
 	statfs           statfsFunc    // free-space source (default statfs(2)); see space.go
 	deleteRoom       int64         // reserve - floor (default 16 MiB)
@@ -278,6 +286,9 @@ func (d *DB) badgerOptions() badger.Options {
 		WithBlockCacheSize(defaultBlockCacheSize).
 		WithIndexCacheSize(defaultIndexCacheSize).
 		WithValueThreshold(o.ValueThreshold).
+		// No block compression: the tables hold keys, value pointers and small records, and a
+		// compressing table builder keeps a second copy of every block in its buffers (heap).
+		WithCompression(options.None).
 		WithNumVersionsToKeep(1).
 		WithValueLogFileSize(o.valueLogFileSize).
 		WithNumCompactors(defaultNumCompactors).
