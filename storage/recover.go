@@ -55,6 +55,28 @@ type logInspection struct {
 
 // inspectLogs records the newest *.vlog file and every *.mem file in dir. Errors only cost the report, so
 // they are logged at Debug and the file is skipped.
+// walMemTableSize returns the memtable size the existing write-ahead logs (*.mem) were created for
+// (badger creates each at twice MemTableSize), or 0. Badger replays a log into a skiplist arena sized
+// by the MemTableSize it is opened with and panics ("Arena too small") when the log holds more: a
+// store last written with larger memtables (16 MiB before 8 MiB became the default) and not closed
+// cleanly must be opened with its own size until those logs are flushed.
+func walMemTableSize(dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var largest int64
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".mem") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			largest = max(largest, fi.Size()/2)
+		}
+	}
+	return largest
+}
+
 func inspectLogs(dir string, log *slog.Logger) []logInspection {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

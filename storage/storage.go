@@ -226,6 +226,11 @@ func Open(opts Options) (*DB, error) {
 			return nil, err
 		}
 		logs = inspectLogs(dir, log)
+		if sz := walMemTableSize(dir); sz > d.opts.memTableSize {
+			log.Info("storage: opening with the memtable size the write-ahead logs were written with",
+				"memtable_mib", sz>>20, "default_mib", d.opts.memTableSize>>20)
+			d.opts.memTableSize = sz
+		}
 		// Before badger: on a full disk its Open would fault on a mapped page (space.go).
 		d.space = newSpace(dir, log, opts)
 		if ok, err := d.space.open(); err != nil {
