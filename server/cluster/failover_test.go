@@ -122,7 +122,8 @@ func TestCoalescedHeartbeatsDetectDeadLeader(t *testing.T) {
 }
 
 // An idle cluster exchanges heartbeats in few frames and no AppendEntries: the empty appends raft's
-// replication loop sends every CommitTimeout are answered from the followers' acknowledgements.
+// replication loop sends every CommitTimeout are answered from the followers' acknowledgements,
+// and most heartbeats from the followers' latest answers (hbLocalFor).
 func TestIdleGroupsSendNoAppends(t *testing.T) {
 	c := newCluster(t, 3, false)
 	const groups = 30
@@ -145,25 +146,70 @@ func TestIdleGroupsSendNoAppends(t *testing.T) {
 	time.Sleep(commitTimeout / 2)
 	ms := c.nodes[0].node.mesh
 	recv0 := c.nodes[1].node.mesh.stats.appendsReceived.Load() + c.nodes[2].node.mesh.stats.appendsReceived.Load()
-	hb0, fr0, el0 := ms.stats.heartbeats.Load(), ms.stats.hbFrames.Load(), ms.stats.appendsElided.Load()
+	hb0, fr0, el0, lo0 := ms.stats.heartbeats.Load(), ms.stats.hbFrames.Load(), ms.stats.appendsElided.Load(), ms.stats.hbLocal.Load()
 	window := 3 * commitTimeout
 	time.Sleep(window)
 	recv := c.nodes[1].node.mesh.stats.appendsReceived.Load() + c.nodes[2].node.mesh.stats.appendsReceived.Load() - recv0
-	hb, fr, el := ms.stats.heartbeats.Load()-hb0, ms.stats.hbFrames.Load()-fr0, ms.stats.appendsElided.Load()-el0
-	t.Logf("in %v: %d appends received by the followers, %d elided, %d heartbeats in %d frames", window, recv, el, hb, fr)
+	hb, fr, el, lo := ms.stats.heartbeats.Load()-hb0, ms.stats.hbFrames.Load()-fr0, ms.stats.appendsElided.Load()-el0, ms.stats.hbLocal.Load()-lo0
+	t.Logf("in %v: %d appends received by the followers, %d elided, %d heartbeats sent in %d frames, %d answered locally",
+		window, recv, el, hb, fr, lo)
 	if recv != 0 {
 		t.Errorf("idle groups sent %d AppendEntries in %v", recv, window)
 	}
 	if el == 0 {
 		t.Errorf("no empty append was elided in %v (raft sends one per follower every %v or so)", window, commitTimeout)
 	}
-	// 30 groups x 2 followers heartbeat every 0.6-1.2 s: at least 2*30*window/1.2s heartbeats, in
-	// frames that hold several each.
-	if min := uint64(2 * groups * window / (heartbeatTimeout / 5)); hb < min {
-		t.Errorf("%d heartbeats in %v, want at least %d", hb, window, min)
+	// 30 groups x 2 followers: raft heartbeats each every 1.2-2.4 s, at least 2*30*window/2.4s in
+	// all; of those at least one per follower every hbLocalFor + 2.4 s is sent, and the others are
+	// answered locally.
+	if min := uint64(2 * groups * window / (heartbeatTimeout / 5)); hb+lo < min {
+		t.Errorf("%d heartbeats (%d sent, %d answered locally) in %v, want at least %d", hb+lo, hb, lo, window, min)
+	}
+	if min := uint64(2 * groups * window / (hbLocalFor + heartbeatTimeout/5)); hb < min {
+		t.Errorf("%d heartbeats sent in %v, want at least %d (one per follower every %v at most)", hb, window, min, hbLocalFor+heartbeatTimeout/5)
+	}
+	if lo <= hb {
+		t.Errorf("%d heartbeats answered locally and %d sent: most should be answered locally", lo, hb)
 	}
 	// Each of the two connections (n1 to n2, n1 to n3) sends at most a frame per hbCoalesce.
 	if most := 2 * uint64(window/hbCoalesce+1); fr >= hb || fr > most {
 		t.Errorf("%d heartbeats took %d frames (at most %d expected): not coalesced", hb, fr, most)
 	}
+}
+
+// A leader whose followers' nodes are gone steps down once its lease runs out, although its
+// heartbeats to them were being answered locally: local answers stop when their nodes stop
+// answering pings (hbPeerFresh), and the real heartbeats then fail.
+func TestLeaderAloneStepsDown(t *testing.T) {
+	c := newCluster(t, 3, false)
+	const groups = 5
+	for id := uint64(1); id <= groups; id++ {
+		c.startGroupOn(c.nodes[0], id, c.ids(), true)
+		for _, tn := range c.nodes[1:] {
+			c.startGroupOn(tn, id, c.ids(), true)
+		}
+		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
+			t.Fatalf("group %d: leader %s, want n1", id, ld.id)
+		}
+	}
+	ms := c.nodes[0].node.mesh
+	waitFor(t, 2*hbLocalFor+heartbeatTimeout/5, "heartbeats answered locally", func() bool { return ms.stats.hbLocal.Load() > 0 })
+	began := time.Now()
+	for _, tn := range c.nodes[1:] {
+		if err := tn.node.Close(); err != nil {
+			t.Fatal(err)
+		}
+		tn.node = nil
+	}
+	// The lease counts from the last answer, a local one at most hbPeerFresh after the nodes went.
+	bound := hbPeerFresh + leaderLeaseTimeout + 2*time.Second
+	waitFor(t, bound, "n1 to step down as leader of every group", func() bool {
+		for id := uint64(1); id <= groups; id++ {
+			if c.nodes[0].node.Group(id).IsLeader() {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("all %d groups stepped down within %v of their followers' loss", groups, time.Since(began))
 }

@@ -21,8 +21,10 @@ import (
 // the data lane AppendEntries, so that a heartbeat never waits behind log entries in a TCP buffer
 // (hashicorp's transport keeps heartbeats on their own connection for the same reason). A snapshot is
 // streamed on a connection of its own. Heartbeats to one peer are coalesced: those raised within
-// hbCoalesce travel in one frame, and the peer answers them in one frame; each is still handled by its
-// group's raft on the peer (the heartbeat fast path), so nothing is answered on a group's behalf.
+// hbCoalesce travel in one frame, and the peer answers them in one frame; each sent heartbeat is handled
+// by its group's raft on the peer (the heartbeat fast path). A heartbeat whose follower answered one of
+// the same term less than hbLocalFor ago, while the follower's node answers pings, is answered from
+// that answer and not sent at all (peerLink.answerHeartbeat).
 //
 // Empty AppendEntries that hashicorp's replication loop sends every CommitTimeout to carry the commit
 // index are elided when the follower provably knows everything they carry (see peerLink.elide).
@@ -78,6 +80,7 @@ type meshStats struct {
 	appendsElided   atomic.Uint64 // empty appends answered without sending (peerLink)
 	appendsReceived atomic.Uint64 // AppendEntries received (not heartbeats)
 	heartbeats      atomic.Uint64 // heartbeats sent
+	hbLocal         atomic.Uint64 // heartbeats answered without sending (peerLink.answerHeartbeat)
 	hbFrames        atomic.Uint64 // frames the sent heartbeats took
 	pushes          atomic.Uint64 // commit pushes sent
 }

@@ -57,6 +57,18 @@ func (l *liveness) suspectedAddr(addr string) bool {
 	return false
 }
 
+// answeredWithin reports whether the member at addr answered a ping less than d ago.
+func (l *liveness) answeredWithin(addr string, d time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.peers {
+		if st.addr == addr {
+			return st.heard && time.Since(st.lastOK) < d
+		}
+	}
+	return false
+}
+
 // suspected reports whether member id has answered no ping for suspectAfter.
 func (l *liveness) suspected(id string) bool {
 	l.mu.Lock()

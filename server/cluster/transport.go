@@ -176,9 +176,17 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 		func(b []byte) []byte { return appendAppendReq(b, args) })
 }
 
+// heartbeat sends raft's heartbeat to target in the peer's next batch, or answers it here with the
+// follower's own latest answer (peerLink.answerHeartbeat) while that is younger than hbLocalFor and
+// the follower's node answered a ping within hbPeerFresh.
 func (t *groupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if t.isShut() {
 		return raft.ErrTransportShutdown
+	}
+	l := t.link(target)
+	if t.m.n.live.answeredWithin(string(target), hbPeerFresh) && l.answerHeartbeat(args.Term, resp) {
+		t.m.stats.hbLocal.Add(1)
+		return nil
 	}
 	oc, err := t.m.out(string(target), laneControl)
 	if err != nil {
@@ -188,7 +196,7 @@ func (t *groupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendE
 	if len(hdr.Addr) == 0 {
 		hdr.Addr = args.Leader
 	}
-	c := &call{t: t, kind: kindHeartbeats, link: t.link(target), hbTerm: args.Term, hdr: hdr, resp: resp,
+	c := &call{t: t, kind: kindHeartbeats, link: l, hbTerm: args.Term, hdr: hdr, resp: resp,
 		done: make(chan error, 1), deadline: time.Now().Add(hbCallTimeout)}
 	return oc.heartbeat(c)
 }
@@ -654,9 +662,10 @@ type peerLink struct {
 	ackCommit uint64
 	ackHdr    raft.RPCHeader // the follower's header on that acknowledgement
 	epoch     uint64         // the follower's group transport instance, 0 = unknown
-	hbOK      bool           // the latest heartbeat succeeded, in term hbTerm, answered at hbAt
+	hbOK      bool           // the latest heartbeat succeeded, in term hbTerm, answered at hbAt with hbResp
 	hbTerm    uint64
 	hbAt      time.Time
+	hbResp    raft.AppendEntriesResponse
 	// What raft sent in sentTerm: the highest commit index, and the RPC header (for pushes).
 	sentTerm   uint64
 	sentCommit uint64
@@ -767,5 +776,39 @@ func (l *peerLink) heartbeat(term uint64, resp *raft.AppendEntriesResponse, epoc
 		l.epoch = epoch
 		l.ackValid = false
 	}
-	l.hbOK, l.hbTerm, l.hbAt = true, term, time.Now()
+	l.hbOK, l.hbTerm, l.hbAt, l.hbResp = true, term, time.Now(), *resp
+}
+
+// Local heartbeat answers.
+//
+// hashicorp/raft's leader heartbeats every follower of every group every heartbeatTimeout/10 to
+// heartbeatTimeout/5, and at hundreds of groups those round trips are most of an idle cluster's CPU.
+// A heartbeat does two things: the follower notes that the leader lives (its election timer, 12-24 s
+// here), and the leader learns that the follower lives in its term (the lease: it steps down after
+// leaderLeaseTimeout without a majority's answer) or that it has moved to a newer term. So a
+// heartbeat of term T is answered here, not sent, while the follower answered a real one of term T
+// less than hbLocalFor ago and its node answered a ping less than hbPeerFresh ago. The follower then
+// still hears from the leader every hbLocalFor plus one heartbeat period (at most 5.4 s, against its
+// 12 s timeout, and under hbFresh so that empty appends stay elided); a follower whose node stops
+// answering pings stops counting towards the lease within hbPeerFresh, so a leader cut off from its
+// majority steps down at most that much later than with every heartbeat sent; and a follower that
+// moved to a newer term tells the leader with its vote requests (which make the leader step down) or
+// at the next real heartbeat. Raft's safety does not rest on heartbeats (a commit needs a majority's
+// real append acknowledgements). This transport must therefore not be used with raft's VerifyLeader
+// (whose forced heartbeats would be answered here too); Warren does not use it.
+const (
+	hbLocalFor  = 3 * time.Second
+	hbPeerFresh = 2 * PingInterval
+)
+
+// answerHeartbeat fills resp with the follower's latest answer when a heartbeat of term may be
+// answered from it (see hbLocalFor).
+func (l *peerLink) answerHeartbeat(term uint64, resp *raft.AppendEntriesResponse) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.hbOK || l.hbTerm != term || time.Since(l.hbAt) >= hbLocalFor {
+		return false
+	}
+	*resp = l.hbResp
+	return true
 }
