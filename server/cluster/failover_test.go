@@ -194,15 +194,16 @@ func TestLeaderAloneStepsDown(t *testing.T) {
 	}
 	ms := c.nodes[0].node.mesh
 	waitFor(t, 2*hbLocalFor+heartbeatTimeout/5, "heartbeats answered locally", func() bool { return ms.stats.hbLocal.Load() > 0 })
-	began := time.Now()
 	for _, tn := range c.nodes[1:] {
 		if err := tn.node.Close(); err != nil {
 			t.Fatal(err)
 		}
 		tn.node = nil
 	}
-	// The lease counts from the last answer, a local one at most hbPeerFresh after the nodes went.
-	bound := hbPeerFresh + leaderLeaseTimeout + 2*time.Second
+	// The lease counts from the last answer, a local one at most hbPeerFresh after the nodes went
+	// (closed: they answer nothing), with room for a loaded machine.
+	began := time.Now()
+	bound := hbPeerFresh + leaderLeaseTimeout + 3*time.Second
 	waitFor(t, bound, "n1 to step down as leader of every group", func() bool {
 		for id := uint64(1); id <= groups; id++ {
 			if c.nodes[0].node.Group(id).IsLeader() {

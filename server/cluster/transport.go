@@ -167,7 +167,9 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 	if isHeartbeat(args) {
 		return t.heartbeat(target, args, resp)
 	}
-	if t.link(target).elide(args, resp) {
+	// An elided append counts as contact for raft's lease too: only while the follower's node
+	// answers pings, as for local heartbeat answers (hbPeerFresh).
+	if t.m.n.live.answeredWithin(string(target), hbPeerFresh) && t.link(target).elide(args, resp) {
 		t.m.stats.appendsElided.Add(1)
 		return nil
 	}
@@ -790,7 +792,8 @@ func (l *peerLink) heartbeat(term uint64, resp *raft.AppendEntriesResponse, epoc
 // less than hbLocalFor ago and its node answered a ping less than hbPeerFresh ago. The follower then
 // still hears from the leader every hbLocalFor plus one heartbeat period (at most 5.4 s, against its
 // 12 s timeout, and under hbFresh so that empty appends stay elided); a follower whose node stops
-// answering pings stops counting towards the lease within hbPeerFresh, so a leader cut off from its
+// answering pings stops counting towards the lease within hbPeerFresh (elided appends, which raft
+// counts as contact too, are held to the same condition), so a leader cut off from its
 // majority steps down at most that much later than with every heartbeat sent; and a follower that
 // moved to a newer term tells the leader with its vote requests (which make the leader step down) or
 // at the next real heartbeat. Raft's safety does not rest on heartbeats (a commit needs a majority's
