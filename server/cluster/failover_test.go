@@ -44,10 +44,7 @@ func TestLeaderNodeLossReplacedWithinBound(t *testing.T) {
 	c := newCluster(t, 3, false)
 	const groups = 20
 	for id := uint64(1); id <= groups; id++ {
-		c.startGroupOn(c.nodes[0], id, c.ids(), true) // n1 is the first voter: it leads them all
-		for _, tn := range c.nodes[1:] {
-			c.startGroupOn(tn, id, c.ids(), true)
-		}
+		c.startGroup(id) // n1 is the first voter: it leads them all
 	}
 	for id := uint64(1); id <= groups; id++ {
 		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
@@ -84,10 +81,7 @@ func TestLeaderNodeLossReplacedWithinBound(t *testing.T) {
 func TestCoalescedHeartbeatsDetectDeadLeader(t *testing.T) {
 	c := newCluster(t, 3, false)
 	for id := uint64(1); id <= 3; id++ {
-		c.startGroupOn(c.nodes[0], id, c.ids(), true)
-		for _, tn := range c.nodes[1:] {
-			c.startGroupOn(tn, id, c.ids(), true)
-		}
+		c.startGroup(id)
 		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
 			t.Fatalf("group %d: leader %s, want n1", id, ld.id)
 		}
@@ -128,10 +122,7 @@ func TestIdleGroupsSendNoAppends(t *testing.T) {
 	c := newCluster(t, 3, false)
 	const groups = 30
 	for id := uint64(1); id <= groups; id++ {
-		c.startGroupOn(c.nodes[0], id, c.ids(), true)
-		for _, tn := range c.nodes[1:] {
-			c.startGroupOn(tn, id, c.ids(), true)
-		}
+		c.startGroup(id)
 	}
 	for id := uint64(1); id <= groups; id++ {
 		ld := c.leader(id, 10*time.Second)
@@ -184,10 +175,7 @@ func TestLeaderAloneStepsDown(t *testing.T) {
 	c := newCluster(t, 3, false)
 	const groups = 5
 	for id := uint64(1); id <= groups; id++ {
-		c.startGroupOn(c.nodes[0], id, c.ids(), true)
-		for _, tn := range c.nodes[1:] {
-			c.startGroupOn(tn, id, c.ids(), true)
-		}
+		c.startGroup(id)
 		if ld := c.leader(id, 10*time.Second); ld.id != "n1" {
 			t.Fatalf("group %d: leader %s, want n1", id, ld.id)
 		}
