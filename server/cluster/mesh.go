@@ -501,9 +501,23 @@ func (oc *outConn) roundTrip(c *call, frame []byte) error {
 	case err := <-c.done:
 		return err
 	case <-c.t.shutdown:
-		oc.unregister(c.id)
-		return raft.ErrTransportShutdown
+		return oc.abandon(c)
 	}
+}
+
+// abandon gives up call c because its transport shut down. If the reader (or a sweep) has taken c
+// already, it is writing c's answer into c.resp: wait for it to finish (it completes every call it
+// takes; the bound only covers a peer's protocol error), or raft would reuse the response while it
+// is written.
+func (oc *outConn) abandon(c *call) error {
+	if oc.unregister(c.id) == nil {
+		select {
+		case err := <-c.done:
+			return err
+		case <-time.After(rpcCallTimeout):
+		}
+	}
+	return raft.ErrTransportShutdown
 }
 
 // heartbeat queues heartbeat c for the next batch and waits for its answer.
@@ -530,8 +544,7 @@ func (oc *outConn) heartbeat(c *call) error {
 	case err := <-c.done:
 		return err
 	case <-c.t.shutdown:
-		oc.unregister(c.id)
-		return raft.ErrTransportShutdown
+		return oc.abandon(c)
 	}
 }
 
