@@ -4,19 +4,20 @@
 // Every connection to the cluster port starts with a tag byte (mesh, snapshot, forward, ping, admin), a
 // flags byte and the cluster fingerprint (a hash of the sorted initial peer list). Mesh connections carry
 // the raft RPCs of every group between two nodes (mesh.go: two lanes per peer and direction, heartbeats
-// coalesced or answered from the follower's latest answer, idle appends elided); snapshot connections stream one InstallSnapshot; forward connections
-// carry pipelined proposals from followers to leaders (one connection per peer, request ids); ping
-// connections carry a hello with the fingerprint and then liveness pings; admin connections carry one JSON
-// request.
+// coalesced or answered from the follower's latest answer, idle appends elided); snapshot connections
+// stream one InstallSnapshot; forward connections carry pipelined proposals from followers to leaders
+// (one connection per peer, request ids); ping connections carry a hello with the fingerprint and then
+// liveness pings; admin connections carry one JSON request.
 //
 // Without a listen address the node is a one-node cluster on the same code path: every group has a single
 // voter on an in-memory transport.
 //
 // Timings: raft heartbeat and election timeouts are 12 s (leader heartbeats every 1.2-2.4 s, of which
-// one every 3-5.4 s is sent while the follower's node answers pings), leader lease 3 s. A dead leader's node is found by the node-level pings (suspectAfter) and its groups elect
-// within about 2 s; raft's own timeout is the fallback. A group whose only voter is this node, or a new
-// group of which this node is the first voter, starts its first election at once, so it has a leader
-// within a round trip of StartGroup.
+// one every 3-5.4 s is sent while the follower's node answers pings), leader lease 3 s. A dead leader's
+// node is found by the node-level pings (suspectAfter) and its groups elect within about 2 s; raft's own
+// timeout is the fallback. A group whose only voter is this node, or a new group of which this node is
+// the first voter, starts its first election at once, so it has a leader within a round trip of
+// StartGroup.
 // Snapshots: SnapshotThreshold 8192, TrailingLogs 4096, checked every 30 s, 2 retained.
 // Liveness: every PingInterval, a member that answered no ping for PeerDownAfter is down.
 package cluster

@@ -45,28 +45,30 @@ func (l *liveness) up(id string) bool {
 	return st != nil && st.up
 }
 
+// byAddrLocked returns the state of the member at addr (nil if none); l.mu is held.
+func (l *liveness) byAddrLocked(addr string) *peerState {
+	for _, st := range l.peers {
+		if st.addr == addr {
+			return st
+		}
+	}
+	return nil
+}
+
 // suspectedAddr reports whether the member at addr has answered no ping for suspectAfter.
 func (l *liveness) suspectedAddr(addr string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, st := range l.peers {
-		if st.addr == addr {
-			return st.suspect
-		}
-	}
-	return false
+	st := l.byAddrLocked(addr)
+	return st != nil && st.suspect
 }
 
 // answeredWithin reports whether the member at addr answered a ping less than d ago.
 func (l *liveness) answeredWithin(addr string, d time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, st := range l.peers {
-		if st.addr == addr {
-			return st.heard && time.Since(st.lastOK) < d
-		}
-	}
-	return false
+	st := l.byAddrLocked(addr)
+	return st != nil && st.heard && time.Since(st.lastOK) < d
 }
 
 // suspected reports whether member id has answered no ping for suspectAfter.
