@@ -28,6 +28,19 @@ uris() {
   (IFS=,; echo "${out[*]}")
 }
 
+# launch starts the node described by env_for with the open-files limit raised to the hard limit:
+# Debian's wrapper runs the node through su, which resets it to 1024, and with a few hundred quorum
+# queues RabbitMQ's file handle cache then exceeds its limit and new AMQP connections wait forever
+# for a handle (rabbit_networking:setup_socket); the node looks up but refuses every new client.
+launch() {
+  if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
+    su rabbitmq -s /bin/sh -c 'ulimit -n "$(ulimit -Hn)"; cd /var/lib/rabbitmq && /usr/lib/rabbitmq/bin/rabbitmq-server -detached'
+  else
+    ulimit -n "$(ulimit -Hn)"
+    rabbitmq-server -detached
+  fi
+}
+
 start() {
   for i in $(seq 1 "$N"); do
     mkdir -p "$BASE/wr$i/mnesia" "$BASE/wr$i/log"
@@ -38,7 +51,7 @@ loopback_users = none
 CONF
     if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq:rabbitmq "$BASE"; fi
     env_for "$i"
-    rabbitmq-server -detached
+    launch
   done
   for i in $(seq 1 "$N"); do
     env_for "$i"
