@@ -56,13 +56,16 @@ const (
 	// A dead leader's node is detected by the node-level pings instead (suspectAfter, failover.go);
 	// raft's timeout only catches a group that lost its leader while the leader's node lives, and a
 	// group recovered at start does not wait for it either (recoveredGrace). 12 s (lease kept at 3 s)
-	// cut the idle CPU at 300 quorum queues from 16.8% to 12.6% of one core against 6 s, with the
-	// partition test passing 4 of 4 (caught up 0.6-4.3 s after the heal). 30 s with a 10 s lease
-	// halved it again but made a node cut off by a degraded link catch up only after 40 s in 2 of 4
-	// partition tests: not taken (docs/benchmarks.md).
-	heartbeatTimeout   = 12 * time.Second
-	electionTimeout    = 12 * time.Second
-	leaderLeaseTimeout = 3 * time.Second
+	// cut the idle CPU at 300 quorum queues from 16.8% to 12.6% of one core against 6 s; 24 s with a
+	// 6 s lease (and hbLocalFor 6 s) took it from 10.0-12.2% to 7.2% (3 alternated runs each). Longer
+	// timeouts had made a node cut off by a degraded link catch up only after 28-40 s (30 s: 2 of 4
+	// partition tests; 24 s: 3 of 5): the cut-off node forced elections on itself (failover.go) and
+	// its raised term deposed the majority's leader at the heal, which then waited for this timeout.
+	// With that fixed, 6 of 6 partition tests caught up 0.4-2.8 s after the heals. The lease bounds
+	// how long a leader cut off from its majority believes it leads; it commits nothing meanwhile.
+	heartbeatTimeout   = 24 * time.Second
+	electionTimeout    = 24 * time.Second
+	leaderLeaseTimeout = 6 * time.Second
 	// commitTimeout is hashicorp's idle-append period; the transport pushes commit indexes itself
 	// (groupTransport.committed), so this is only the fallback and is long: idle groups then cost
 	// almost nothing.

@@ -94,11 +94,22 @@ func (g *Group) kick(peer string, turn int) kickOutcome {
 		return kickNone
 	}
 	var live []string
+	voters := 0
 	for _, s := range conf.Servers {
 		id := string(s.ID)
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
 		if s.Suffrage == raft.Voter && id != peer && (id == g.n.cfg.NodeID || !g.n.live.suspected(id)) {
 			live = append(live, id)
 		}
+	}
+	if len(live) < voters/2+1 {
+		// This node sees no majority of the group's voters: it is the one cut off, most likely. A
+		// forced election could not win, and as it skips the pre-vote it would raise this node's
+		// term, which deposes the majority's leader when the link heals (the group then waits for
+		// raft's own timeout to elect again: 24-48 s).
+		return kickNone
 	}
 	slices.SortFunc(live, func(a, b string) int {
 		ha, hb := kickOrder(g.id, a), kickOrder(g.id, b)

@@ -202,3 +202,35 @@ func TestLeaderAloneStepsDown(t *testing.T) {
 	})
 	t.Logf("all %d groups stepped down within %v of their followers' loss", groups, time.Since(began))
 }
+
+// A follower that sees no majority of its group's voters (it is the one cut off) forces no
+// election when its leader goes quiet: it could not win, and the term a forced election raises
+// (it skips the pre-vote) would depose the majority's leader when the link heals, leaving the
+// group leaderless until raft's own timeout.
+func TestCutOffFollowerForcesNoElection(t *testing.T) {
+	c := newCluster(t, 3, false)
+	c.startGroup(1)
+	ld := c.leader(1, 10*time.Second)
+	f := c.follower(1, ld)
+	g := f.node.Group(1)
+	term := g.raft.CurrentTerm()
+	for _, tn := range c.nodes {
+		if tn != f {
+			if err := tn.node.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tn.node = nil
+		}
+	}
+	// Both peers are suspected after suspectAfter, and before this change the follower kicked
+	// itself at once; raft's own timeout (heartbeatTimeout) is far beyond this window.
+	window := suspectAfter + 4*PingInterval + time.Second
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if now := g.raft.CurrentTerm(); now != term {
+			t.Fatalf("the cut-off follower %s raised its term from %d to %d", f.id, term, now)
+		}
+	}
+	if !f.node.live.suspected(ld.id) {
+		t.Fatalf("the leader %s is not suspected after %v: the window proves nothing", ld.id, window)
+	}
+}

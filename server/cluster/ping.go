@@ -30,6 +30,7 @@ type liveness struct {
 type peerState struct {
 	addr    string
 	lastOK  time.Time
+	since   time.Time // when the current ping connection was first answered (a restart opens a new one)
 	up      bool
 	suspect bool // no ping answered for suspectAfter
 	heard   bool // a ping was ever answered (lastOK starts as a grace period, not an answer)
@@ -63,12 +64,17 @@ func (l *liveness) suspectedAddr(addr string) bool {
 	return st != nil && st.suspect
 }
 
-// answeredWithin reports whether the member at addr answered a ping less than d ago.
-func (l *liveness) answeredWithin(addr string, d time.Duration) bool {
+// answeredSince reports whether the member at addr answered a ping less than d ago, and since when
+// it has been answering on its current ping connection: an answer it gave before then may come
+// from a process that has since restarted.
+func (l *liveness) answeredSince(addr string, d time.Duration) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.byAddrLocked(addr)
-	return st != nil && st.heard && time.Since(st.lastOK) < d
+	if st == nil || !st.heard || time.Since(st.lastOK) >= d {
+		return time.Time{}, false
+	}
+	return st.since, true
 }
 
 // suspected reports whether member id has answered no ping for suspectAfter.
@@ -79,10 +85,14 @@ func (l *liveness) suspected(id string) bool {
 	return st != nil && st.suspect
 }
 
-func (l *liveness) ok(id string) {
+// ok records an answered ping of member id; fresh: the first on a new connection.
+func (l *liveness) ok(id string, fresh bool) {
 	l.mu.Lock()
 	if st := l.peers[id]; st != nil {
 		st.lastOK = time.Now()
+		if fresh || !st.heard {
+			st.since = st.lastOK
+		}
 		st.heard = true
 	}
 	l.mu.Unlock()
@@ -215,6 +225,7 @@ func (n *Node) pinger(id, addr string, stop chan struct{}) {
 		cmu.Unlock()
 	}()
 	for {
+		fresh := c == nil // only this goroutine sets c
 		if err := n.pingOnce(id, addr, &c, &br, &cmu); err != nil {
 			cmu.Lock()
 			if c != nil {
@@ -223,7 +234,7 @@ func (n *Node) pinger(id, addr string, stop chan struct{}) {
 			}
 			cmu.Unlock()
 		} else {
-			n.live.ok(id)
+			n.live.ok(id, fresh)
 		}
 		select {
 		case <-stop:

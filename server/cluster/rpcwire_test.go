@@ -178,6 +178,18 @@ func TestPeerLinkElide(t *testing.T) {
 		return l
 	}
 	idle := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 10, PrevLogTerm: 3, LeaderCommitIndex: 9}
+	// The follower's node began answering pings on a new connection after its last heartbeat answer:
+	// it may have restarted, so nothing is answered for it.
+	if l, resp := base(), (raft.AppendEntriesResponse{}); l.elide(idle, &resp, time.Now().Add(time.Second)) {
+		t.Error("elided an append for a follower whose node reconnected after its last heartbeat answer")
+	} else if !l.elide(idle, &resp, time.Time{}) {
+		t.Error("did not elide the same append for a follower whose node has not reconnected")
+	}
+	if l, resp := base(), (raft.AppendEntriesResponse{}); l.answerHeartbeat(3, &resp, time.Now().Add(time.Second)) {
+		t.Error("answered a heartbeat for a follower whose node reconnected after its last heartbeat answer")
+	} else if !l.answerHeartbeat(3, &resp, time.Time{}) {
+		t.Error("did not answer the same heartbeat for a follower whose node has not reconnected")
+	}
 	for _, tc := range []struct {
 		name string
 		link func() *peerLink
@@ -215,7 +227,7 @@ func TestPeerLinkElide(t *testing.T) {
 		}, &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 10, PrevLogTerm: 3, LeaderCommitIndex: 10}, true},
 	} {
 		var resp raft.AppendEntriesResponse
-		got := tc.link().elide(tc.req, &resp)
+		got := tc.link().elide(tc.req, &resp, time.Time{})
 		if got != tc.want {
 			t.Errorf("%s: elide = %v, want %v", tc.name, got, tc.want)
 			continue

@@ -169,7 +169,7 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 	}
 	// An elided append counts as contact for raft's lease too: only while the follower's node
 	// answers pings, as for local heartbeat answers (hbPeerFresh).
-	if t.m.n.live.answeredWithin(string(target), hbPeerFresh) && t.link(target).elide(args, resp) {
+	if since, ok := t.m.n.live.answeredSince(string(target), hbPeerFresh); ok && t.link(target).elide(args, resp, since) {
 		t.m.stats.appendsElided.Add(1)
 		return nil
 	}
@@ -186,7 +186,7 @@ func (t *groupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendE
 		return raft.ErrTransportShutdown
 	}
 	l := t.link(target)
-	if t.m.n.live.answeredWithin(string(target), hbPeerFresh) && l.answerHeartbeat(args.Term, resp) {
+	if since, ok := t.m.n.live.answeredSince(string(target), hbPeerFresh); ok && l.answerHeartbeat(args.Term, resp, since) {
 		t.m.stats.hbLocal.Add(1)
 		return nil
 	}
@@ -715,18 +715,22 @@ func (l *peerLink) pushed(req *raft.AppendEntriesRequest, resp *raft.AppendEntri
 	}
 }
 
-// hbFresh bounds the age of the heartbeat answer elision relies on (heartbeats go every heartbeatTimeout/10-heartbeatTimeout/5).
-const hbFresh = heartbeatTimeout / 2
+// hbFresh bounds the age of the heartbeat answer elision relies on: a real heartbeat goes at least
+// every hbLocalFor plus one heartbeat period (heartbeatTimeout/10-heartbeatTimeout/5), and a second
+// more keeps elision on between two of them.
+const hbFresh = hbLocalFor + heartbeatTimeout/5 + time.Second
 
 // elide answers the empty append req from what the follower acknowledged, without sending it, when
-// that is what the follower would answer (see peerLink); false: req must be sent.
-func (l *peerLink) elide(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+// that is what the follower would answer (see peerLink); false: req must be sent. peerSince is when
+// the follower's node began answering pings on its current connection: a heartbeat answered before
+// then may come from a process that has restarted since.
+func (l *peerLink) elide(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, peerSince time.Time) bool {
 	if len(req.Entries) > 0 {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !(l.ackValid && l.hbOK && time.Since(l.hbAt) < hbFresh &&
+	if !(l.ackValid && l.hbOK && time.Since(l.hbAt) < hbFresh && !l.hbAt.Before(peerSince) &&
 		req.Term == l.ackTerm && req.Term == l.hbTerm &&
 		req.PrevLogEntry == l.ackLast && req.PrevLogTerm == l.ackLTerm && req.LeaderCommitIndex == l.ackCommit) {
 		return false
@@ -787,13 +791,15 @@ func (l *peerLink) heartbeat(term uint64, resp *raft.AppendEntriesResponse, epoc
 // heartbeatTimeout/5: at hundreds of groups, hundreds of round trips a second on an idle cluster (at
 // 300 queues answering most of them here cut the idle CPU by about a tenth; at 3,000 the groups' own
 // timers dominate, docs/benchmarks.md).
-// A heartbeat does two things: the follower notes that the leader lives (its election timer, 12-24 s
+// A heartbeat does two things: the follower notes that the leader lives (its election timer, 24-48 s
 // here), and the leader learns that the follower lives in its term (the lease: it steps down after
 // leaderLeaseTimeout without a majority's answer) or that it has moved to a newer term. So a
 // heartbeat of term T is answered here, not sent, while the follower answered a real one of term T
-// less than hbLocalFor ago and its node answered a ping less than hbPeerFresh ago. The follower then
-// still hears from the leader every hbLocalFor plus one heartbeat period (at most 5.4 s, against its
-// 12 s timeout, and under hbFresh so that empty appends stay elided); a follower whose node stops
+// less than hbLocalFor ago, its node answered a ping less than hbPeerFresh ago, and that node has
+// answered on the same ping connection since that real answer (a restarted node opens a new one, so
+// a restarted follower hears from its leader at the next heartbeat). The follower then
+// still hears from the leader every hbLocalFor plus one heartbeat period (at most 10.8 s, against its
+// 24 s timeout, and under hbFresh so that empty appends stay elided); a follower whose node stops
 // answering pings stops counting towards the lease within hbPeerFresh (elided appends, which raft
 // counts as contact too, are held to the same condition), so a leader cut off from its
 // majority steps down at most that much later than with every heartbeat sent; and a follower that
@@ -802,16 +808,16 @@ func (l *peerLink) heartbeat(term uint64, resp *raft.AppendEntriesResponse, epoc
 // real append acknowledgements). This transport must therefore not be used with raft's VerifyLeader
 // (whose forced heartbeats would be answered here too); Warren does not use it.
 const (
-	hbLocalFor  = 3 * time.Second
+	hbLocalFor  = 6 * time.Second
 	hbPeerFresh = 2 * PingInterval
 )
 
 // answerHeartbeat fills resp with the follower's latest answer when a heartbeat of term may be
 // answered from it (see hbLocalFor).
-func (l *peerLink) answerHeartbeat(term uint64, resp *raft.AppendEntriesResponse) bool {
+func (l *peerLink) answerHeartbeat(term uint64, resp *raft.AppendEntriesResponse, peerSince time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.hbOK || l.hbTerm != term || time.Since(l.hbAt) >= hbLocalFor {
+	if !l.hbOK || l.hbTerm != term || time.Since(l.hbAt) >= hbLocalFor || l.hbAt.Before(peerSince) {
 		return false
 	}
 	*resp = l.hbResp
