@@ -85,6 +85,9 @@ type fwdConn struct {
 	dead    bool
 	nextID  uint64
 	pending map[uint64]*fwdPending
+	// busy wakes sweepLoop when pending stops being empty (capacity 1): an idle connection has
+	// nothing to sweep and costs no timer.
+	busy chan struct{}
 	// lastRead is when the reader last got a frame (UnixNano; the dial time before the first).
 	lastRead atomic.Int64
 }
@@ -146,6 +149,7 @@ func (cl *fwdClient) getConn() (*fwdConn, error) {
 		out:     make(chan []byte, fwdOutQueue),
 		done:    make(chan struct{}),
 		pending: make(map[uint64]*fwdPending),
+		busy:    make(chan struct{}, 1),
 	}
 	fc.lastRead.Store(time.Now().UnixNano())
 	started := cl.n.goTracked(fc.writeLoop) &&
@@ -169,6 +173,12 @@ func (fc *fwdConn) register(pd *fwdPending) (uint64, bool) {
 	fc.nextID++
 	pd.sent = time.Now()
 	fc.pending[fc.nextID] = pd
+	if len(fc.pending) == 1 {
+		select {
+		case fc.busy <- struct{}{}:
+		default:
+		}
+	}
 	return fc.nextID, true
 }
 
@@ -326,7 +336,7 @@ func (fc *fwdConn) deliver(pd *fwdPending, r fwdReply) {
 }
 
 // sweepLoop fails forwarded requests whose deadline passed without an answer, and tears the
-// connection down when it has stalled (see stalled).
+// connection down when it has stalled (see stalled). It ticks only while requests are pending.
 func (fc *fwdConn) sweepLoop() {
 	t := time.NewTicker(fwdSweepInterval)
 	defer t.Stop()
@@ -347,6 +357,7 @@ func (fc *fwdConn) sweepLoop() {
 					delete(fc.pending, id)
 				}
 			}
+			idle := len(fc.pending) == 0
 			fc.mu.Unlock()
 			for _, pd := range expired {
 				if pd.p != nil {
@@ -355,6 +366,15 @@ func (fc *fwdConn) sweepLoop() {
 				} else {
 					pd.reply <- fwdReply{err: &retryableError{fmt.Errorf("no answer from leader %s", fc.cl.addr)}}
 				}
+			}
+			if idle {
+				t.Stop()
+				select {
+				case <-fc.done:
+					return
+				case <-fc.busy:
+				}
+				t.Reset(fwdSweepInterval)
 			}
 		}
 	}
