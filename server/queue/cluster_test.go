@@ -139,6 +139,22 @@ func (c *memCluster) flush(t *testing.T) {
 	c.mu.Unlock()
 }
 
+// release stops holding proposals: each is applied as it comes, including those a replica's own
+// goroutine proposes after an apply (a stale consumer's reaping), which a flush could leave held.
+func (c *memCluster) release() {
+	c.mu.Lock()
+	c.held = false
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// hold makes proposals wait for the next flush again.
+func (c *memCluster) hold() {
+	c.mu.Lock()
+	c.held = true
+	c.mu.Unlock()
+}
+
 // setLag makes replica i lag (catchUp ends it).
 func (c *memCluster) setLag(i int) {
 	c.mu.Lock()
