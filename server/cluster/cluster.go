@@ -12,10 +12,10 @@
 // Without a listen address the node is a one-node cluster on the same code path: every group has a single
 // voter on an in-memory transport.
 //
-// Timings: raft heartbeat and election timeouts are 12 s (leader heartbeats every 1.2-2.4 s, of which
-// one every 3-5.4 s is sent while the follower's node answers pings), leader lease 3 s. A dead leader's
-// node is found by the node-level pings (suspectAfter) and its groups elect within about 2 s; raft's own
-// timeout is the fallback. A group whose only voter is this node, or a new group of which this node is
+// Timings: raft heartbeat and election timeouts are 24 s (leader heartbeats every 2.4-4.8 s, of which
+// one every 6-10.8 s is sent while the follower's node answers pings), leader lease 6 s. A dead leader's
+// node is found by the node-level pings (suspectAfter) and its groups elect within about 2 s, forced by
+// nodes that see a majority of the group's voters; raft's own timeout is the fallback. A group whose only voter is this node, or a new group of which this node is
 // the first voter, starts its first election at once, so it has a leader within a round trip of
 // StartGroup.
 // Snapshots: SnapshotThreshold 8192, TrailingLogs 4096, checked every 30 s, 2 retained.

@@ -23,8 +23,8 @@ import (
 // streamed on a connection of its own. Heartbeats to one peer are coalesced: those raised within
 // hbCoalesce travel in one frame, and the peer answers them in one frame; each sent heartbeat is handled
 // by its group's raft on the peer (the heartbeat fast path). A heartbeat whose follower answered one of
-// the same term less than hbLocalFor ago, while the follower's node answers pings, is answered from
-// that answer and not sent at all (peerLink.answerHeartbeat).
+// the same term less than hbLocalFor ago, while the follower's node answers pings on the connection
+// it answered them on then, is answered from that answer and not sent at all (peerLink.answerHeartbeat).
 //
 // Empty AppendEntries that hashicorp's replication loop sends every CommitTimeout to carry the commit
 // index are elided when the follower provably knows everything they carry (see peerLink.elide).

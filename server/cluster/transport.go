@@ -180,7 +180,7 @@ func (t *groupTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddres
 
 // heartbeat sends raft's heartbeat to target in the peer's next batch, or answers it here with the
 // follower's own latest answer (peerLink.answerHeartbeat) while that is younger than hbLocalFor and
-// the follower's node answered a ping within hbPeerFresh.
+// the follower's node answered a ping within hbPeerFresh, on the ping connection it had then.
 func (t *groupTransport) heartbeat(target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if t.isShut() {
 		return raft.ErrTransportShutdown
@@ -730,8 +730,7 @@ func (l *peerLink) elide(req *raft.AppendEntriesRequest, resp *raft.AppendEntrie
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !(l.ackValid && l.hbOK && time.Since(l.hbAt) < hbFresh && !l.hbAt.Before(peerSince) &&
-		req.Term == l.ackTerm && req.Term == l.hbTerm &&
+	if !(l.ackValid && l.hbValidLocked(req.Term, hbFresh, peerSince) && req.Term == l.ackTerm &&
 		req.PrevLogEntry == l.ackLast && req.PrevLogTerm == l.ackLTerm && req.LeaderCommitIndex == l.ackCommit) {
 		return false
 	}
@@ -817,9 +816,16 @@ const (
 func (l *peerLink) answerHeartbeat(term uint64, resp *raft.AppendEntriesResponse, peerSince time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.hbOK || l.hbTerm != term || time.Since(l.hbAt) >= hbLocalFor || l.hbAt.Before(peerSince) {
+	if !l.hbValidLocked(term, hbLocalFor, peerSince) {
 		return false
 	}
 	*resp = l.hbResp
 	return true
+}
+
+// hbValidLocked reports whether the follower's latest heartbeat answer may stand for it now: it
+// succeeded in term, less than within ago, and not before peerSince (when the follower's node began
+// answering pings on its current connection). l.mu is held.
+func (l *peerLink) hbValidLocked(term uint64, within time.Duration, peerSince time.Time) bool {
+	return l.hbOK && l.hbTerm == term && time.Since(l.hbAt) < within && !l.hbAt.Before(peerSince)
 }
