@@ -13,7 +13,7 @@
 // voter on an in-memory transport.
 //
 // Timings: raft heartbeat and election timeouts are 24 s (leader heartbeats every 2.4-4.8 s, of which
-// one every 6-10.8 s is sent while the follower's node answers pings), leader lease 6 s. A dead leader's
+// one every 8-12.8 s is sent while the follower's node answers pings), leader lease 6 s. A dead leader's
 // node is found by the node-level pings (suspectAfter) and its groups elect within about 2 s, forced by
 // nodes that see a majority of the group's voters; raft's own timeout is the fallback. A group whose only voter is this node, or a new group of which this node is
 // the first voter, starts its first election at once, so it has a leader within a round trip of
@@ -57,7 +57,7 @@ const (
 	// raft's timeout only catches a group that lost its leader while the leader's node lives, and a
 	// group recovered at start does not wait for it either (recoveredGrace). 12 s (lease kept at 3 s)
 	// cut the idle CPU at 300 quorum queues from 16.8% to 12.6% of one core against 6 s; 24 s with a
-	// 6 s lease (and hbLocalFor 6 s) took it from 10.0-12.2% to 7.2% (3 alternated runs each). Longer
+	// 6 s lease (and hbLocalFor 6 s; 8 s since, see transport.go) took it from 10.0-12.2% to 7.2% (3 alternated runs each). Longer
 	// timeouts had made a node cut off by a degraded link catch up only after 28-40 s (30 s: 2 of 4
 	// partition tests; 24 s: 3 of 5): the cut-off node forced elections on itself (failover.go) and
 	// its raised term deposed the majority's leader at the heal, which then waited for this timeout.
