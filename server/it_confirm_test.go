@@ -239,6 +239,18 @@ func TestITTxCommitQuorumAndStream(t *testing.T) {
 	}
 }
 
+// rawDialConfirm opens a raw connection as guest with channel 1 in confirm mode.
+func rawDialConfirm(t *testing.T, url string) *rawConn {
+	t.Helper()
+	r := rawDial(t, url)
+	r.open("guest", "guest")
+	var sel rawBuf
+	sel.u8(0)
+	r.send(1, 85, 10, &sel) // confirm.select
+	r.expect(85, 11)
+	return r
+}
+
 // rawFrameBytes encodes one method frame.
 func rawFrameBytes(channel, class, method uint16, args []byte) []byte {
 	f := make([]byte, 0, 12+len(args))
@@ -290,12 +302,7 @@ func TestRawConfirmBeforeChannelClose(t *testing.T) {
 			if tc.routed && againstRabbitMQ() {
 				t.Skip("RabbitMQ closes the channel before the queue's confirm of publish 1 (see the comment)")
 			}
-			r := rawDial(t, url)
-			r.open("guest", "guest")
-			var sel rawBuf
-			sel.u8(0)
-			r.send(1, 85, 10, &sel) // confirm.select
-			r.expect(85, 11)
+			r := rawDialConfirm(t, url)
 			qname := "confirm-before-close"
 			var declare rawBuf
 			declare.u16(0).short(qname).u8(8).table(nil) // auto-delete
@@ -327,4 +334,52 @@ func TestRawConfirmBeforeChannelClose(t *testing.T) {
 			r.close()
 		})
 	}
+}
+
+// Publishes that are committed together are confirmed together: 1,000 publishes to a stream, sent in
+// one TCP write, come back as a few basic.ack frames (multiple), about one per storage round, not
+// one frame per publish. Each frame costs the client a parse and a dispatch; RabbitMQ answers a
+// batch with one multiple ack too.
+func TestRawStreamConfirmsOfABatchAreCoalesced(t *testing.T) {
+	url := startBroker(t)
+	const n = 1000
+	name := "confirm-coalesce-stream"
+	c := mustDial(t, url)
+	ch := mustChannel(t, c)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "stream"}); err != nil {
+		t.Fatalf("declare stream: %v", err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(name, false, false, false) })
+
+	r := rawDialConfirm(t, url)
+	var batch []byte
+	body := make([]byte, 100)
+	for range n {
+		batch = append(batch, rawPublishBytes(1, "", name, body)...)
+	}
+	if _, err := r.c.Write(batch); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	var acks int
+	var confirmed uint64
+	for confirmed < n {
+		f, err := r.read()
+		if err != nil {
+			t.Fatalf("read after %d acks (confirmed up to %d): %v", acks, confirmed, err)
+		}
+		if f.typ != 1 || f.class != 60 || f.method != 80 {
+			t.Fatalf("want basic.ack, got frame type %d method %d.%d", f.typ, f.class, f.method)
+		}
+		tag, multiple := binary.BigEndian.Uint64(f.args), f.args[8]&1 == 1
+		if tag <= confirmed || (!multiple && tag != confirmed+1) {
+			t.Fatalf("basic.ack %d (multiple %v) after confirms up to %d", tag, multiple, confirmed)
+		}
+		confirmed = tag
+		acks++
+	}
+	t.Logf("%d publishes confirmed by %d basic.ack frames", n, acks)
+	if acks > n/10 {
+		t.Errorf("%d publishes committed in batches were confirmed by %d basic.ack frames; want at most %d", n, acks, n/10)
+	}
+	r.close()
 }

@@ -15,6 +15,12 @@ import (
 // sequence order from those outcomes alone: a confirm goes out only once every earlier publish has
 // finished, runs of successes as one basic.ack (multiple), a failed write as basic.nack.
 //
+// Outcomes that arrive from a commit callback (a storage round, a Raft apply) come one publish at
+// a time, usually a whole round of them in a row. They are not encoded where they arrive: the
+// channel is queued on its connection's writer (outbound.queueConfirms), which encodes whatever is
+// due when it next runs, so a round of 100 publishes is answered with one basic.ack (multiple)
+// rather than 100, as RabbitMQ does.
+//
 // Lock order: confirms.mu -> outbound.mu. Queue types call Done with none of their locks held.
 
 // confirmState is one publish awaiting its confirm.
@@ -30,6 +36,7 @@ type confirms struct {
 	states []confirmState // states[head+i] is sequence acked+1+i
 	head   int
 	closed bool // the channel is gone: nothing more is sent
+	queued bool // the channel waits in its connection writer's queue (outbound.queueConfirms)
 }
 
 // add hands out the next sequence number.
@@ -42,10 +49,11 @@ func (t *confirms) add() uint64 {
 	return seq
 }
 
-// complete records a publish's outcome. With flush, the confirms now due are sent at once (an
-// outcome that arrived from a commit callback); otherwise the reader sends them when it runs
-// out of input (flushConfirms), so a read batch of publishes gets one basic.ack.
-func (t *confirms) complete(ch *channel, seq uint64, failed, flush bool) {
+// complete records a publish's outcome. With async (an outcome that arrived from a commit
+// callback) the channel is queued on the connection's writer, which sends the confirms due when it
+// runs; otherwise the reader sends them when it runs out of input (flushConfirms), so a read batch
+// of publishes gets one basic.ack.
+func (t *confirms) complete(ch *channel, seq uint64, failed, async bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := t.head + int(seq-t.acked-1)
@@ -53,9 +61,18 @@ func (t *confirms) complete(ch *channel, seq uint64, failed, flush bool) {
 		return
 	}
 	t.states[i] = confirmState{done: true, failed: failed}
-	if flush {
-		t.flushLocked(ch)
+	if async && !t.queued && !t.closed && i == t.head {
+		// Only the oldest outstanding publish makes confirms due; later ones wait for it.
+		t.queued = ch.c.out.queueConfirms(ch)
 	}
+}
+
+// flushQueued is the writer's side of queueConfirms: it sends the confirms that are due.
+func (t *confirms) flushQueued(ch *channel) {
+	t.mu.Lock()
+	t.queued = false
+	t.flushLocked(ch)
+	t.mu.Unlock()
 }
 
 // flush sends the confirms that are due.

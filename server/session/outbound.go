@@ -53,6 +53,10 @@ type outbound struct {
 	writingLen int          // bytes taken out of buf by the write under way
 	lastSend   atomic.Int64 // unix nanos of the last write, for heartbeats
 
+	// confirmsDue are the channels whose confirms became due from commit callbacks; the writer
+	// encodes them just before it writes (confirms.complete).
+	confirmsDue []*channel
+
 	heartbeat time.Duration
 	hbTimer   *time.Timer
 
@@ -77,7 +81,12 @@ func newOutbound(nc net.Conn) *outbound {
 // signal wakes the writer, starting one if none runs.
 func (o *outbound) signal() {
 	o.mu.Lock()
-	if !o.running && (len(o.buf) > 0 || o.closing) && !o.failed {
+	o.wakeLocked()
+}
+
+// wakeLocked is signal with mu held; it releases mu.
+func (o *outbound) wakeLocked() {
+	if !o.running && (len(o.buf) > 0 || len(o.confirmsDue) > 0 || o.closing) && !o.failed {
 		o.running = true
 		o.wg.Add(1)
 		go o.run()
@@ -88,6 +97,38 @@ func (o *outbound) signal() {
 	select {
 	case o.kick <- struct{}{}:
 	default:
+	}
+}
+
+// queueConfirms asks the writer to send ch's due confirms when it next runs, starting a writer if
+// none runs. It reports false (and queues nothing) when the connection takes no more frames.
+// Called with ch.confirms.mu held.
+func (o *outbound) queueConfirms(ch *channel) bool {
+	o.mu.Lock()
+	if o.closing || o.failed {
+		o.mu.Unlock()
+		return false
+	}
+	o.confirmsDue = append(o.confirmsDue, ch)
+	o.wakeLocked()
+	return true
+}
+
+// sendConfirmsDue encodes the confirms of the channels queued by queueConfirms (writer goroutine,
+// mu held on entry and on return; released meanwhile, as confirms.mu comes first).
+func (o *outbound) sendConfirmsDue() {
+	for len(o.confirmsDue) > 0 {
+		due := o.confirmsDue
+		o.confirmsDue = nil
+		o.mu.Unlock()
+		for i, ch := range due {
+			ch.confirms.flushQueued(ch)
+			due[i] = nil
+		}
+		o.mu.Lock()
+		if o.confirmsDue == nil {
+			o.confirmsDue = due[:0]
+		}
 	}
 }
 
@@ -272,6 +313,7 @@ func (o *outbound) run() {
 	defer idle.Stop()
 	for {
 		o.mu.Lock()
+		o.sendConfirmsDue()
 		b := o.buf
 		if len(b) == 0 || o.writing {
 			if o.closing && !o.writing {
@@ -287,7 +329,7 @@ func (o *outbound) run() {
 			case <-idle.C:
 			}
 			o.mu.Lock()
-			if len(o.buf) == 0 && !o.writing {
+			if len(o.buf) == 0 && !o.writing && len(o.confirmsDue) == 0 {
 				o.running = false
 				o.mu.Unlock()
 				return
