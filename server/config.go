@@ -26,6 +26,9 @@ type Config struct {
 	// to (metadata, open); default the listener's address.
 	StreamAdvertisedHost string
 	StreamAdvertisedPort int
+	// StreamAuthFailureDelay is how long the stream protocol withholds its answer to a failed
+	// login (0: RabbitMQ's 3 s, streamproto.SilentCloseDelay). No flag sets it; tests shorten it.
+	StreamAuthFailureDelay time.Duration
 	// DataDir holds the broker's data.
 	DataDir string
 	// Logger receives the broker's logs; nil means slog.Default().

@@ -20,6 +20,7 @@ func (s *Server) newStreamFrontEnd() {
 	s.stream = streamproto.New(streamproto.Config{
 		Core: s.core, Logger: s.log, Heartbeat: s.cfg.Heartbeat,
 		AdvertisedHost: s.cfg.StreamAdvertisedHost, AdvertisedPort: s.cfg.StreamAdvertisedPort,
+		AuthFailureDelay: s.cfg.StreamAuthFailureDelay,
 		Authenticate: func(user, pass string, remote net.Addr) error {
 			_, err := s.core.LoginStream("PLAIN", user, pass, remote)
 			var le *auth.LoginError

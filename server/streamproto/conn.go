@@ -40,6 +40,12 @@ const handshakeTimeout = 10 * time.Second
 // closeWait bounds how long a server-sent close waits for the client's answer.
 const closeWait = 3 * time.Second
 
+// SilentCloseDelay is how long a failed login (wrong password, unknown user) waits before its
+// authentication_failure answer, after which the connection is closed: RabbitMQ 4.x's
+// rabbit_stream_reader sleeps ?SILENT_CLOSE_DELAY (3,000 ms) there, a tarpit that slows down
+// password guessing. Only the refused connection waits (see conn.withholdRefusal).
+const SilentCloseDelay = 3 * time.Second
+
 // conn is one stream-protocol connection.
 type conn struct {
 	s   *Server
@@ -379,9 +385,13 @@ func (c *conn) authenticate(frame []byte) bool {
 	user, pass := string(parts[1]), string(parts[2])
 	if err := c.s.cfg.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
 		var le *LoopbackError
-		// The core logged the refusal (user, peer, mechanism, reason).
+		// The core counted and logged the refusal (user, peer, mechanism, reason).
 		if errors.As(err, &le) {
+			// As RabbitMQ: a loopback-only user is answered at once.
 			return fail(wire.ResponseSASLAuthenticationFailureLoopback)
+		}
+		if !c.withholdRefusal(c.s.cfg.AuthFailureDelay) {
+			return true // the connection ended while the answer was withheld
 		}
 		return fail(wire.ResponseAuthenticationFailure)
 	}
@@ -390,6 +400,29 @@ func (c *conn) authenticate(frame []byte) bool {
 	c.write(&wire.Tune{FrameMax: c.s.cfg.FrameMax, Heartbeat: uint32(c.s.cfg.Heartbeat / time.Second)})
 	c.step = stepTuning
 	return false
+}
+
+// withholdRefusal waits d before a failed login is answered (SilentCloseDelay). It waits on the
+// connection's own reader goroutine by reading, and dropping, what the client sends until a read
+// deadline d away, so that it blocks no other connection and ends early when the socket is
+// closed: by the client, by Shutdown or an operator (ForceClose), or by the handshake timeout.
+// It reports whether the connection is still there to be answered.
+func (c *conn) withholdRefusal(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	c.log.Debug("failed login: withholding the answer", "delay", d)
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
+	var buf [512]byte
+	for {
+		_, err := c.nc.Read(buf[:])
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout() && !c.closing.Load()
+	}
 }
 
 func (c *conn) open(frame []byte) bool {

@@ -61,11 +61,21 @@ func startBrokerTB(t testing.TB) broker {
 	if b, ok := external(); ok {
 		return b
 	}
+	return brokerOf(startServer(t, brokerConfig(t)))
+}
+
+// brokerConfig is the configuration of startBroker's in-process broker: AMQP 0-9-1 and the stream
+// protocol on 127.0.0.1:0 ports, data in a temporary directory.
+func brokerConfig(t testing.TB) server.Config {
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.StreamListen = "127.0.0.1:0"
 	cfg.DataDir = t.TempDir()
-	srv := startServer(t, cfg)
+	return cfg
+}
+
+// brokerOf is the broker under test served by the in-process srv.
+func brokerOf(srv *server.Server) broker {
 	sa := srv.StreamAddr().(*net.TCPAddr)
 	aa := srv.Addr().(*net.TCPAddr)
 	return broker{streamURI: fmt.Sprintf("rabbitmq-stream://guest:guest@127.0.0.1:%d/%%2f", sa.Port),
@@ -197,6 +207,14 @@ func TestPublishConsume(t *testing.T) {
 // the test.
 func startServer(t testing.TB, cfg server.Config) *server.Server {
 	t.Helper()
+	srv, _ := startStoppableServer(t, cfg)
+	return srv
+}
+
+// startStoppableServer is startServer that also returns stop, which shuts the broker down
+// (bounded by 10 s) once and returns Shutdown's error (the end of the test calls it too).
+func startStoppableServer(t testing.TB, cfg server.Config) (*server.Server, func() error) {
+	t.Helper()
 	cfg.DiskFreeLimit = 0
 	cfg.MemoryHighWatermark = 0
 	srv, err := server.New(cfg)
@@ -206,12 +224,20 @@ func startServer(t testing.TB, cfg server.Config) *server.Server {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	var stopErr error
+	stop := func() error {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stopErr = srv.Shutdown(ctx)
+		})
+		return stopErr
+	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return srv
+	return srv, stop
 }

@@ -128,15 +128,17 @@ func (c *rawConn) openAs(user, pass string, frameMax uint32) {
 // (its properties advertise the node's endpoint).
 func (c *rawConn) handshake(user, pass string, answer func(*wire.Tune) *wire.Tune) *wire.OpenResponse {
 	c.t.Helper()
-	c.send(&wire.PeerProperties{CorrelationID: 1, Properties: []wire.Property{{Key: "product", Value: "raw"}}})
-	if r, ok := c.read().(*wire.PeerPropertiesResponse); !ok || r.Code != wire.ResponseCodeOK {
-		c.t.Fatalf("peer properties: %+v", r)
+	r := c.handshakeVHost(user, pass, "/", answer)
+	if r.Code != wire.ResponseCodeOK {
+		c.t.Fatalf("open: %+v", r)
 	}
-	c.send(&wire.SASLHandshake{CorrelationID: 2})
-	if r, ok := c.read().(*wire.SASLHandshakeResponse); !ok || r.Code != wire.ResponseCodeOK {
-		c.t.Fatalf("sasl handshake: %+v", r)
-	}
-	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: "PLAIN", Data: []byte("\x00" + user + "\x00" + pass)})
+	return r
+}
+
+// handshakeVHost is handshake opening vhost, whose refusal it returns rather than fails on.
+func (c *rawConn) handshakeVHost(user, pass, vhost string, answer func(*wire.Tune) *wire.Tune) *wire.OpenResponse {
+	c.t.Helper()
+	c.sendAuthenticate("PLAIN", plain(user, pass))
 	if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseCodeOK {
 		c.t.Fatalf("sasl authenticate: %+v", r)
 	}
@@ -145,13 +147,31 @@ func (c *rawConn) handshake(user, pass string, answer func(*wire.Tune) *wire.Tun
 		c.t.Fatal("no tune")
 	}
 	c.send(answer(tune))
-	c.send(&wire.Open{CorrelationID: 4, VirtualHost: "/"})
+	c.send(&wire.Open{CorrelationID: 4, VirtualHost: vhost})
 	r, ok := c.read().(*wire.OpenResponse)
-	if !ok || r.Code != wire.ResponseCodeOK {
+	if !ok {
 		c.t.Fatalf("open: %+v", r)
 	}
 	return r
 }
+
+// sendAuthenticate runs peer properties and the SASL handshake, failing the test on a refusal,
+// and sends sasl_authenticate (correlation id 3) with mechanism and data.
+func (c *rawConn) sendAuthenticate(mechanism string, data []byte) {
+	c.t.Helper()
+	c.send(&wire.PeerProperties{CorrelationID: 1, Properties: []wire.Property{{Key: "product", Value: "raw"}}})
+	if r, ok := c.read().(*wire.PeerPropertiesResponse); !ok || r.Code != wire.ResponseCodeOK {
+		c.t.Fatalf("peer properties: %+v", r)
+	}
+	c.send(&wire.SASLHandshake{CorrelationID: 2})
+	if r, ok := c.read().(*wire.SASLHandshakeResponse); !ok || r.Code != wire.ResponseCodeOK {
+		c.t.Fatalf("sasl handshake: %+v", r)
+	}
+	c.send(&wire.SASLAuthenticate{CorrelationID: 3, Mechanism: mechanism, Data: data})
+}
+
+// plain is PLAIN's response for user and pass (no authorization identity).
+func plain(user, pass string) []byte { return []byte("\x00" + user + "\x00" + pass) }
 
 func TestBadInput(t *testing.T) {
 	b := startBroker(t)

@@ -56,6 +56,9 @@ type Config struct {
 	// Authenticate checks a PLAIN login from remote; a non-nil error refuses it. A
 	// *LoopbackError refusal is answered with sasl_authentication_failure_loopback.
 	Authenticate func(user, pass string, remote net.Addr) error
+	// AuthFailureDelay is how long a failed login (wrong password, unknown user) waits for its
+	// authentication_failure answer (default SilentCloseDelay, RabbitMQ's); tests shorten it.
+	AuthFailureDelay time.Duration
 	// Grant returns user's permissions in vhost: nil, nil when the user has none there (open
 	// is refused); an error when the vhost does not exist.
 	Grant func(user, vhost string) (*auth.Grant, error)
@@ -112,6 +115,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.OutboundBytes == 0 {
 		cfg.OutboundBytes = 4 << 20
+	}
+	if cfg.AuthFailureDelay == 0 {
+		cfg.AuthFailureDelay = SilentCloseDelay
 	}
 	if cfg.Authenticate == nil {
 		cfg.Authenticate = func(string, string, net.Addr) error { return errors.New("no authentication configured") }
