@@ -27,7 +27,8 @@ type Config struct {
 	StreamAdvertisedHost string
 	StreamAdvertisedPort int
 	// StreamAuthFailureDelay is how long the stream protocol withholds its answer to a failed
-	// login (0: RabbitMQ's 3 s, streamproto.SilentCloseDelay). No flag sets it; tests shorten it.
+	// login or a refused open (0: RabbitMQ's 3 s, streamproto.SilentCloseDelay). No flag sets
+	// it; tests shorten it.
 	StreamAuthFailureDelay time.Duration
 	// DataDir holds the broker's data.
 	DataDir string

@@ -1,10 +1,10 @@
 package streamproto_test
 
-// A failed login is answered as RabbitMQ 4.x's rabbit_stream_reader answers it: the attempt is
-// counted and logged at once, the authentication_failure answer comes only after
-// ?SILENT_CLOSE_DELAY (streamproto.SilentCloseDelay, 3 s; shortened or lengthened here through
-// server.Config.StreamAuthFailureDelay) and the socket is then closed. Only the refused
-// connection waits.
+// A failed login and a refused open are answered as RabbitMQ 4.x's rabbit_stream_reader answers
+// them: the attempt is counted and logged at once, the answer (authentication_failure,
+// vhost_access_failure) comes only after ?SILENT_CLOSE_DELAY (streamproto.SilentCloseDelay, 3 s;
+// shortened or lengthened here through server.Config.StreamAuthFailureDelay) and the socket is
+// then closed. Only the refused connection waits.
 
 import (
 	"context"
@@ -54,12 +54,43 @@ func TestFailedLoginAnsweredAfterDelay(t *testing.T) {
 			}
 		})
 	}
+	t.Run("open of a vhost the user may not use", func(t *testing.T) {
+		user, pass := noAccessUser(t, b.srv.Core())
+		c := dialRaw(t, b)
+		began := time.Now()
+		r := c.handshakeVHost(user, pass, "/", func(tune *wire.Tune) *wire.Tune {
+			return &wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat, Response: true}
+		})
+		took := time.Since(began)
+		if r.Code != wire.ResponseVhostAccessFailure {
+			t.Fatalf("open: code %s, want vhost_access_failure", r.Code)
+		}
+		if took < delay {
+			t.Fatalf("answered after %v, want no sooner than %v", took, delay)
+		}
+		c.expectClosed()
+	})
+}
+
+// noAccessUser creates a user without permissions anywhere and returns its name and password.
+func noAccessUser(t *testing.T, co *core.Broker) (user, pass string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	user, pass = "noaccess", "noaccess-secret"
+	h, err := auth.HashPassword(auth.DefaultAlgorithm, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := co.PutUser(ctx, core.User{Name: user, Hash: h}); err != nil {
+		t.Fatal(err)
+	}
+	return user, pass
 }
 
 // TestFailedLoginDelayBlocksNobody: while a failed login's answer is withheld (a delay of a
-// minute here), other connections are served at once, the refusals that are not failed logins
-// (unknown mechanism, a vhost the user may not use) are answered at once as in RabbitMQ, and the
-// wait ends as soon as the client goes away or the broker shuts down.
+// minute here), other connections are served at once, an unknown mechanism is refused at once as
+// in RabbitMQ, and the wait ends as soon as the client goes away or the broker shuts down.
 func TestFailedLoginDelayBlocksNobody(t *testing.T) {
 	if _, ok := external(); ok {
 		t.Skip("sets the in-process broker's delay")
@@ -76,7 +107,7 @@ func TestFailedLoginDelayBlocksNobody(t *testing.T) {
 		t.Helper()
 		c := dialRaw(t, b)
 		c.sendAuthenticate("PLAIN", plain("guest", "nope"))
-		logs.wait(t, `msg="failed login: withholding the answer"`, connField(c))
+		logs.wait(t, `msg="withholding the answer to a refusal"`, `refusal="failed login"`, connField(c))
 		return c
 	}
 
@@ -95,25 +126,6 @@ func TestFailedLoginDelayBlocksNobody(t *testing.T) {
 		c.sendAuthenticate("CRAM-MD5", []byte("x"))
 		if r, ok := c.read().(*wire.SASLAuthenticateResponse); !ok || r.Code != wire.ResponseSASLMechanismNotSupported {
 			t.Fatalf("unknown mechanism: %+v", r)
-		}
-		c.expectClosed()
-
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		const user, pass = "noaccess", "noaccess-secret"
-		h, err := auth.HashPassword(auth.DefaultAlgorithm, pass)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Core().PutUser(ctx, core.User{Name: user, Hash: h}); err != nil {
-			t.Fatal(err)
-		}
-		c = dialRaw(t, b)
-		r := c.handshakeVHost(user, pass, "/", func(tune *wire.Tune) *wire.Tune {
-			return &wire.Tune{FrameMax: tune.FrameMax, Heartbeat: tune.Heartbeat, Response: true}
-		})
-		if r.Code != wire.ResponseVhostAccessFailure {
-			t.Fatalf("open of a vhost the user may not use: code %s", r.Code)
 		}
 		c.expectClosed()
 

@@ -40,10 +40,12 @@ const handshakeTimeout = 10 * time.Second
 // closeWait bounds how long a server-sent close waits for the client's answer.
 const closeWait = 3 * time.Second
 
-// SilentCloseDelay is how long a failed login (wrong password, unknown user) waits before its
-// authentication_failure answer, after which the connection is closed: RabbitMQ 4.x's
-// rabbit_stream_reader sleeps ?SILENT_CLOSE_DELAY (3,000 ms) there, a tarpit that slows down
-// password guessing. Only the refused connection waits (see conn.withholdRefusal).
+// SilentCloseDelay is how long a failed login (wrong password, unknown user) and a refused open
+// (a vhost that does not exist or that the user may not use) wait before their answer
+// (authentication_failure, vhost_access_failure), after which the connection is closed: RabbitMQ
+// 4.x's rabbit_stream_reader sleeps ?SILENT_CLOSE_DELAY (3,000 ms) in both places, a tarpit that
+// slows down the guessing of passwords and vhost names. Only the refused connection waits (see
+// conn.withholdRefusal).
 const SilentCloseDelay = 3 * time.Second
 
 // conn is one stream-protocol connection.
@@ -390,7 +392,7 @@ func (c *conn) authenticate(frame []byte) bool {
 			// As RabbitMQ: a loopback-only user is answered at once.
 			return fail(wire.ResponseSASLAuthenticationFailureLoopback)
 		}
-		if !c.withholdRefusal(c.s.cfg.AuthFailureDelay) {
+		if !c.withholdRefusal("failed login") {
 			return true // the connection ended while the answer was withheld
 		}
 		return fail(wire.ResponseAuthenticationFailure)
@@ -402,16 +404,18 @@ func (c *conn) authenticate(frame []byte) bool {
 	return false
 }
 
-// withholdRefusal waits d before a failed login is answered (SilentCloseDelay). It waits on the
+// withholdRefusal waits the configured delay (SilentCloseDelay) before a failed login or a
+// refused open (what) is answered. It waits on the
 // connection's own reader goroutine by reading, and dropping, what the client sends until a read
 // deadline d away, so that it blocks no other connection and ends early when the socket is
 // closed: by the client, by Shutdown or an operator (ForceClose), or by the handshake timeout.
 // It reports whether the connection is still there to be answered.
-func (c *conn) withholdRefusal(d time.Duration) bool {
+func (c *conn) withholdRefusal(what string) bool {
+	d := c.s.cfg.AuthFailureDelay
 	if d <= 0 {
 		return true
 	}
-	c.log.Debug("failed login: withholding the answer", "delay", d)
+	c.log.Debug("withholding the answer to a refusal", "refusal", what, "delay", d)
 	_ = c.nc.SetReadDeadline(time.Now().Add(d))
 	defer func() { _ = c.nc.SetReadDeadline(time.Time{}) }()
 	var buf [512]byte
@@ -433,7 +437,9 @@ func (c *conn) open(frame []byte) bool {
 	user := *c.user.Load()
 	refuse := func(reason string, args ...any) bool {
 		c.log.Warn("stream open refused", "vhost", m.VirtualHost, "user", user, "reason", fmt.Sprintf(reason, args...))
-		c.write(&wire.OpenResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseVhostAccessFailure})
+		if c.withholdRefusal("open refused") {
+			c.write(&wire.OpenResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseVhostAccessFailure})
+		}
 		return true
 	}
 	v := c.s.core.VHost(m.VirtualHost)

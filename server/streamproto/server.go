@@ -56,8 +56,8 @@ type Config struct {
 	// Authenticate checks a PLAIN login from remote; a non-nil error refuses it. A
 	// *LoopbackError refusal is answered with sasl_authentication_failure_loopback.
 	Authenticate func(user, pass string, remote net.Addr) error
-	// AuthFailureDelay is how long a failed login (wrong password, unknown user) waits for its
-	// authentication_failure answer (default SilentCloseDelay, RabbitMQ's); tests shorten it.
+	// AuthFailureDelay is how long a failed login (wrong password, unknown user) or a refused
+	// open waits for its answer (default SilentCloseDelay, RabbitMQ's); tests shorten it.
 	AuthFailureDelay time.Duration
 	// Grant returns user's permissions in vhost: nil, nil when the user has none there (open
 	// is refused); an error when the vhost does not exist.
