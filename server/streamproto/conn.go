@@ -404,11 +404,11 @@ func (c *conn) authenticate(frame []byte) bool {
 	return false
 }
 
-// withholdRefusal waits the configured delay (SilentCloseDelay) before a failed login or a
-// refused open (what) is answered. It waits on the
+// withholdRefusal waits the configured delay (Config.AuthFailureDelay, SilentCloseDelay by
+// default) before a failed login or a refused open (what) is answered. It waits on the
 // connection's own reader goroutine by reading, and dropping, what the client sends until a read
-// deadline d away, so that it blocks no other connection and ends early when the socket is
-// closed: by the client, by Shutdown or an operator (ForceClose), or by the handshake timeout.
+// deadline that far away, so that it blocks no other connection and ends early when the socket
+// is closed: by the client, by Shutdown or an operator (ForceClose), or by the handshake timer.
 // It reports whether the connection is still there to be answered.
 func (c *conn) withholdRefusal(what string) bool {
 	d := c.s.cfg.AuthFailureDelay
