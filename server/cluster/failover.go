@@ -29,6 +29,18 @@ import (
 // kickStagger separates the voters' turns at forcing an election.
 const kickStagger = time.Second
 
+// kickFresh is how recently another voter must have answered a ping to count towards the majority
+// a forced election needs. "Not suspected" is not enough: each member's pinger has its own phase,
+// so when a node is cut off from both its peers, the leader may turn suspected up to a PingInterval
+// before the other peer does, and in between the cut-off node would count that peer and force an
+// election it cannot win (raising its term: see kick). At the leader's suspicion (no answer for
+// suspectAfter) a peer cut off at the same moment has answered nothing for more than
+// suspectAfter-PingInterval (1 s); a live one answers every PingInterval. The half interval between
+// is room for a slow answer on one side and for a second peer lost a little later on the other. A
+// live peer whose answer is later than that only delays the election: the ping loop asks again at
+// its next tick (failover with repeatTurn).
+const kickFresh = PingInterval + PingInterval/2
+
 // failover forces elections in the groups that member peer led (peer is suspected down). The ping
 // loop calls it when the peer becomes suspected (first) and again at every tick while it stays so:
 // a group that still heard from its leader at first (a degraded link that lost the pings first)
@@ -100,7 +112,7 @@ func (g *Group) kick(peer string, turn int) kickOutcome {
 		if s.Suffrage == raft.Voter {
 			voters++
 		}
-		if s.Suffrage == raft.Voter && id != peer && (id == g.n.cfg.NodeID || !g.n.live.suspected(id)) {
+		if s.Suffrage == raft.Voter && id != peer && (id == g.n.cfg.NodeID || g.n.live.answeredWithin(id, kickFresh)) {
 			live = append(live, id)
 		}
 	}

@@ -213,6 +213,14 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 	ld := c.leader(1, 10*time.Second)
 	f := c.follower(1, ld)
 	g := f.node.Group(1)
+	// The leader may have won with the other follower's vote while its vote request or first
+	// heartbeat to f is still on the way: f must be in the leader's term before the count starts,
+	// or that late message raises f's term inside the window.
+	lterm := ld.node.Group(1).raft.CurrentTerm()
+	waitFor(t, 10*time.Second, "the follower to follow the leader in its term", func() bool {
+		_, lid := g.raft.LeaderWithID()
+		return string(lid) == ld.id && g.raft.CurrentTerm() == lterm
+	})
 	term := g.raft.CurrentTerm()
 	for _, tn := range c.nodes {
 		if tn != f {
@@ -222,6 +230,24 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 			tn.node = nil
 		}
 	}
+	// The worst phase of the pingers: the other peer's last answer came a whole PingInterval after
+	// the leader's (each pinger ticks on its own), so at the leader's suspicion that peer is not
+	// suspected yet. Pinging closed nodes fails, so nothing moves these times any more.
+	other := c.nodes[0]
+	for _, tn := range c.nodes {
+		if tn != f && tn != ld {
+			other = tn
+		}
+	}
+	live := &f.node.live
+	live.mu.Lock()
+	lst, ost := live.peers[ld.id], live.peers[other.id]
+	if lst == nil || ost == nil || !lst.heard {
+		live.mu.Unlock()
+		t.Fatalf("%s has no ping state of its peers", f.id)
+	}
+	ost.heard, ost.lastOK = true, lst.lastOK.Add(PingInterval-time.Millisecond)
+	live.mu.Unlock()
 	// Both peers are suspected after suspectAfter, and before this change the follower kicked
 	// itself at once; raft's own timeout (heartbeatTimeout) is far beyond this window.
 	window := suspectAfter + 4*PingInterval + time.Second

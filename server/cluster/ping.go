@@ -85,6 +85,14 @@ func (l *liveness) suspected(id string) bool {
 	return st != nil && st.suspect
 }
 
+// answeredWithin reports whether member id answered a ping less than d ago.
+func (l *liveness) answeredWithin(id string, d time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.peers[id]
+	return st != nil && st.heard && time.Since(st.lastOK) < d
+}
+
 // ok records an answered ping of member id; fresh: the first on a new connection.
 func (l *liveness) ok(id string, fresh bool) {
 	l.mu.Lock()
