@@ -51,6 +51,9 @@ type StreamConfig struct {
 type streamRun struct {
 	pubRate, conRate float64 // msg/s
 	pubCPU, conCPU   float64 // broker ns per message; -1 unknown
+	// The load client's own CPU per message (this process): what is left of the machine's cores
+	// for the broker, and so the ceiling of a run, depends on it.
+	pubClientCPU, conClientCPU float64
 	// The live phase: producers and consumers at once (stream-perf-test's way), consumers
 	// reading along from the stream's start; CPU per message published (and delivered once).
 	livePub, liveCon, liveCPU float64
@@ -237,8 +240,9 @@ func (r streamRun) describe() string {
 	if r.err != nil {
 		return "failed: " + r.err.Error()
 	}
-	return fmt.Sprintf("published %s msg/s (broker %s/msg), consumed %s msg/s (broker %s/msg); live: published %s msg/s, consumed %s msg/s (broker %s/msg)",
-		fmtMsgs(r.pubRate), fmtCPU(r.pubCPU), fmtMsgs(r.conRate), fmtCPU(r.conCPU), fmtMsgs(r.livePub), fmtMsgs(r.liveCon), fmtCPU(r.liveCPU))
+	return fmt.Sprintf("published %s msg/s (broker %s/msg, client %s/msg), consumed %s msg/s (broker %s/msg, client %s/msg); live: published %s msg/s, consumed %s msg/s (broker %s/msg)",
+		fmtMsgs(r.pubRate), fmtCPU(r.pubCPU), fmtCPU(r.pubClientCPU), fmtMsgs(r.conRate), fmtCPU(r.conCPU), fmtCPU(r.conClientCPU),
+		fmtMsgs(r.livePub), fmtMsgs(r.liveCon), fmtCPU(r.liveCPU))
 }
 
 func fmtCPU(ns float64) string {
@@ -405,7 +409,7 @@ func streamSequential(ctx context.Context, cfg StreamConfig, t *streamTarget, si
 		}
 		defer conns[i].close()
 	}
-	cpu := cpuSpan(t.pid)
+	cpu, ccpu := cpuSpan(t.pid), cpuSpan(os.Getpid())
 	start := time.Now()
 	deadline := start.Add(cfg.Timeout)
 	errs := make([]error, len(conns))
@@ -419,7 +423,7 @@ func streamSequential(ctx context.Context, cfg StreamConfig, t *streamTarget, si
 	}
 	wg.Wait()
 	took := time.Since(start)
-	r.pubCPU = cpu(total)
+	r.pubCPU, r.pubClientCPU = cpu(total), ccpu(total)
 	r.pubRate = float64(total) / took.Seconds()
 	for _, e := range errs {
 		if e != nil {
@@ -436,7 +440,7 @@ func streamSequential(ctx context.Context, cfg StreamConfig, t *streamTarget, si
 		}
 		defer cconns[i].close()
 	}
-	cpu = cpuSpan(t.pid)
+	cpu, ccpu = cpuSpan(t.pid), cpuSpan(os.Getpid())
 	start = time.Now()
 	deadline = start.Add(cfg.Timeout)
 	errs = make([]error, len(cconns))
@@ -450,7 +454,7 @@ func streamSequential(ctx context.Context, cfg StreamConfig, t *streamTarget, si
 	wg.Wait()
 	took = time.Since(start)
 	n := total * cfg.Consumers
-	r.conCPU = cpu(n)
+	r.conCPU, r.conClientCPU = cpu(n), ccpu(n)
 	r.conRate = float64(n) / took.Seconds()
 	for _, e := range errs {
 		if e != nil {
@@ -497,7 +501,8 @@ func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]
 			fmt.Fprintf(&b, "- %s: %s, running throughout (pid %d)\n", t.name, redactURI(t.uri), t.pid)
 		}
 	}
-	fmt.Fprintf(&b, "- Broker CPU per message: the broker process's user+system time (/proc/PID/stat) over the phase, divided by the messages of the phase.\n\n")
+	fmt.Fprintf(&b, "- Broker CPU per message: the broker process's user+system time (/proc/PID/stat) over the phase, divided by the messages of the phase. "+
+		"Load client CPU per message: the same for the tool's own process; with the broker's, it bounds a phase's rate on this machine at cores / (broker + client CPU per message).\n\n")
 	fmt.Fprintf(&b, "Median of %d runs; ratio: Warren/RabbitMQ for rates, RabbitMQ/Warren for CPU (higher is better for Warren).\n\n", cfg.Runs)
 	b.WriteString("| Size | Metric | Warren | RabbitMQ | Ratio |\n|---|---|---:|---:|---:|\n")
 	type metric struct {
@@ -505,15 +510,19 @@ func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]
 		get  func(streamRun) float64
 		fmt  func(float64) string
 		cpu  bool
+		// noRatio: a figure of the load client, not of the broker.
+		noRatio bool
 	}
 	metrics := []metric{
-		{"published (confirmed msg/s)", func(r streamRun) float64 { return r.pubRate }, fmtMsgs, false},
-		{"broker CPU per published message", func(r streamRun) float64 { return r.pubCPU }, fmtCPU, true},
-		{"consumed msg/s", func(r streamRun) float64 { return r.conRate }, fmtMsgs, false},
-		{"broker CPU per consumed message", func(r streamRun) float64 { return r.conCPU }, fmtCPU, true},
-		{"live: published (confirmed msg/s)", func(r streamRun) float64 { return r.livePub }, fmtMsgs, false},
-		{"live: consumed msg/s", func(r streamRun) float64 { return r.liveCon }, fmtMsgs, false},
-		{"live: broker CPU per message (published and consumed)", func(r streamRun) float64 { return r.liveCPU }, fmtCPU, true},
+		{"published (confirmed msg/s)", func(r streamRun) float64 { return r.pubRate }, fmtMsgs, false, false},
+		{"broker CPU per published message", func(r streamRun) float64 { return r.pubCPU }, fmtCPU, true, false},
+		{"consumed msg/s", func(r streamRun) float64 { return r.conRate }, fmtMsgs, false, false},
+		{"broker CPU per consumed message", func(r streamRun) float64 { return r.conCPU }, fmtCPU, true, false},
+		{"load client CPU per published message", func(r streamRun) float64 { return r.pubClientCPU }, fmtCPU, true, true},
+		{"load client CPU per consumed message", func(r streamRun) float64 { return r.conClientCPU }, fmtCPU, true, true},
+		{"live: published (confirmed msg/s)", func(r streamRun) float64 { return r.livePub }, fmtMsgs, false, false},
+		{"live: consumed msg/s", func(r streamRun) float64 { return r.liveCon }, fmtMsgs, false, false},
+		{"live: broker CPU per message (published and consumed)", func(r streamRun) float64 { return r.liveCPU }, fmtCPU, true, false},
 	}
 	med := func(name string, size int, m metric) (float64, bool) {
 		var vs []float64
@@ -539,7 +548,7 @@ func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]
 			if rok {
 				rs = m.fmt(rr)
 			}
-			if wok && rok && w > 0 && rr > 0 {
+			if wok && rok && w > 0 && rr > 0 && !m.noRatio {
 				if m.cpu {
 					ratio = fmt.Sprintf("%.2fx", rr/w)
 				} else {
