@@ -84,7 +84,7 @@ const repeatTurn = -1
 
 // kick forces an election of group g on this node if peer, suspected down, leads it, this node has
 // not heard from it for suspectAfter, and it is this node's turn: its rank among the group's voters
-// that are not suspected is at most turn (a later turn is scheduled otherwise). With repeatTurn
+// that answered a ping within kickFresh is at most turn (a later turn is scheduled otherwise). With repeatTurn
 // (the peer is still suspected) it also takes a group whose leader became unknown, as an earlier
 // voter's failed election leaves it: the first voter is kicked only while the peer is still its
 // leader (never twice: a second election of a voter that cannot win would disrupt the next
