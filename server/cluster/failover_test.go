@@ -256,7 +256,7 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 			t.Fatalf("the cut-off follower %s raised its term from %d to %d", f.id, term, now)
 		}
 	}
-	if !f.node.live.suspected(ld.id) {
+	if f.node.live.answeredWithin(ld.id, suspectAfter) {
 		t.Fatalf("the leader %s is not suspected after %v: the window proves nothing", ld.id, window)
 	}
 }

@@ -77,14 +77,6 @@ func (l *liveness) answeredSince(addr string, d time.Duration) (time.Time, bool)
 	return st.since, true
 }
 
-// suspected reports whether member id has answered no ping for suspectAfter.
-func (l *liveness) suspected(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	st := l.peers[id]
-	return st != nil && st.suspect
-}
-
 // answeredWithin reports whether member id answered a ping less than d ago.
 func (l *liveness) answeredWithin(id string, d time.Duration) bool {
 	l.mu.Lock()
