@@ -56,6 +56,7 @@ conformance: build
 	@echo "== conformance tests against $(BIN) (full log: bin/conformance.log)"
 	@status=0; \
 	WARREN_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 10m -v ./conformance/ >bin/conformance.log 2>&1 || status=$$?; \
+	gostatus=$$status; \
 	if [ $$status -ne 0 ]; then grep -vE '^=== (RUN|PAUSE|CONT|NAME)' bin/conformance.log; \
 	else grep -E '^(--- |ok |FAIL)|KB per connection' bin/conformance.log; fi; \
 	echo "== amqp091-go integration suite against $(BIN)"; \
@@ -67,6 +68,8 @@ conformance: build
 	fi; \
 	echo "== rabbitmq-stream-go-client's suite against $(BIN) (private network namespace; log: bin/stream-go-suite.log)"; \
 	SUITE_LOG=$(CURDIR)/bin/stream-go-suite.log unshare --net ./conformance/clients/stream-go-suite.sh $(CURDIR)/$(BIN) || status=1; \
+	if [ $$gostatus -ne 0 ]; then echo "== the failed conformance tests' own lines (from bin/conformance.log; node logs left out)"; \
+		./conformance/failed-lines.sh bin/conformance.log; fi; \
 	exit $$status
 
 fuzz:

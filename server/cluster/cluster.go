@@ -122,7 +122,8 @@ type Node struct {
 	fp        uint64
 	peersText string
 	ln        net.Listener
-	addr      string // actual listen address, "" in single-node mode
+	addr      string    // actual listen address, "" in single-node mode
+	started   time.Time // this process's start: its incarnation in pings (ping.go hello)
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -168,6 +169,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg:      cfg,
+		started:  time.Now(),
 		log:      lg.With("node", cfg.NodeID),
 		groups:   make(map[uint64]*Group),
 		conns:    make(map[net.Conn]struct{}),

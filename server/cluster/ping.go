@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,6 +20,12 @@ type hello struct {
 	Join        bool   `json:"join,omitempty"`
 	Peers       string `json:"peers"`
 	Error       string `json:"error,omitempty"`
+	// Incarnation is the sender's process instance (its start time in Unix nanoseconds) and
+	// UptimeMS how long it has run: a pinger that sees a new incarnation knows the member restarted,
+	// and when (in its own clock), however briefly it was gone (see pingLoop). Zero: an older
+	// version that sends neither.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	UptimeMS    int64  `json:"uptime_ms,omitempty"`
 }
 
 // liveness tracks the last successful ping of every member.
@@ -35,6 +42,9 @@ type peerState struct {
 	suspect bool // no ping answered for suspectAfter
 	heard   bool // a ping was ever answered (lastOK starts as a grace period, not an answer)
 	stop    chan struct{}
+
+	incarnation uint64    // the member's process instance, from its last hello (0: unknown)
+	restartedAt time.Time // when its new incarnation started (this node's clock), if not yet handled
 }
 
 func (l *liveness) init() { l.peers = make(map[string]*peerState) }
@@ -98,6 +108,21 @@ func (l *liveness) ok(id string, fresh bool) {
 	l.mu.Unlock()
 }
 
+// hello records the incarnation that member id's hello announced, and that it restarted if it had
+// announced another one before: its process started at started (estimated in this node's clock).
+func (l *liveness) hello(id string, incarnation uint64, started time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.peers[id]
+	if st == nil || incarnation == 0 {
+		return
+	}
+	if st.incarnation != 0 && st.incarnation != incarnation {
+		st.restartedAt = started
+	}
+	st.incarnation = incarnation
+}
+
 // heard reports whether member id has answered a ping since this node started.
 func (l *liveness) heard(id string) bool {
 	l.mu.Lock()
@@ -131,6 +156,7 @@ func (n *Node) pingLoop() {
 		}
 		var changes []change
 		var suspects, stillSuspect []string
+		restarted := make(map[string]time.Time)
 		n.live.mu.Lock()
 		want := make(map[string]string, len(members))
 		for _, m := range members {
@@ -167,16 +193,28 @@ func (n *Node) pingLoop() {
 				stillSuspect = append(stillSuspect, id)
 			}
 			st.suspect = sus
+			if !st.restartedAt.IsZero() {
+				restarted[id] = st.restartedAt
+				st.restartedAt = time.Time{}
+			}
 		}
 		n.live.mu.Unlock()
 		n.runDeferredElections()
 		for _, id := range suspects {
-			n.failover(id, true)
+			n.failover(id, true, time.Time{})
 		}
 		// A peer that stays suspected is asked again at every tick: it may have been suspected
 		// while its groups still heard from it (a degraded link), and lost them only later.
 		for _, id := range stillSuspect {
-			n.failover(id, false)
+			n.failover(id, false, time.Time{})
+		}
+		// A peer that restarted leads nothing any more, even if it was back before it was
+		// suspected (killed and restarted within suspectAfter): the groups it led elect at once
+		// rather than after raft's timeout or its recovery grace.
+		for id, at := range restarted {
+			if !slices.Contains(suspects, id) && !slices.Contains(stillSuspect, id) {
+				n.failover(id, true, at)
+			}
 		}
 		for _, c := range changes {
 			if c.up {
@@ -263,8 +301,7 @@ func (n *Node) pingOnce(id, addr string, cp *net.Conn, brp **bufio.Reader, cmu *
 		}
 		*brp = bufio.NewReader(c)
 		_ = c.SetDeadline(time.Now().Add(2 * PingInterval))
-		me := hello{ID: n.cfg.NodeID, Fingerprint: n.fp, Join: n.cfg.Join, Peers: n.peersText}
-		if err := writeJSON(c, me); err != nil {
+		if err := writeJSON(c, n.hello()); err != nil {
 			return err
 		}
 		var them hello
@@ -275,6 +312,7 @@ func (n *Node) pingOnce(id, addr string, cp *net.Conn, brp **bufio.Reader, cmu *
 			n.logPeerMismatch(id, them.Peers)
 			return fmt.Errorf("peer %s refused the connection: %s", id, them.Error)
 		}
+		n.live.hello(id, them.Incarnation, time.Now().Add(-time.Duration(them.UptimeMS)*time.Millisecond))
 	}
 	c, br := *cp, *brp
 	_ = c.SetDeadline(time.Now().Add(2 * PingInterval))
@@ -294,7 +332,7 @@ func (n *Node) servePing(c net.Conn, br *bufio.Reader) {
 	if err := readJSON(br, &them); err != nil {
 		return
 	}
-	me := hello{ID: n.cfg.NodeID, Fingerprint: n.fp, Join: n.cfg.Join, Peers: n.peersText}
+	me := n.hello()
 	if !n.cfg.Join && !them.Join && them.Fingerprint != n.fp {
 		n.logPeerMismatch(them.ID, them.Peers)
 		me.Error = fmt.Sprintf("cluster peers disagree: node %s was started with %s, node %s with %s",
@@ -315,6 +353,12 @@ func (n *Node) servePing(c net.Conn, br *bufio.Reader) {
 			return
 		}
 	}
+}
+
+// hello is this node's hello.
+func (n *Node) hello() hello {
+	return hello{ID: n.cfg.NodeID, Fingerprint: n.fp, Join: n.cfg.Join, Peers: n.peersText,
+		Incarnation: uint64(n.started.UnixNano()), UptimeMS: time.Since(n.started).Milliseconds()}
 }
 
 // logPeerMismatch logs (rate-limited per peer) that peer was started with another initial peer list.
