@@ -268,8 +268,51 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 // it led elect at once, not after its recovery grace or raft's timeout. (A 9 s confirm stall in the
 // stream chaos test, when a leader's node restarted faster than the pings suspected it.)
 func TestLeaderRestartedBeforeSuspicionReplaced(t *testing.T) {
+	restartLeaderQuickly(t, 7, 3*time.Second, nil)
+}
+
+// The first voter's forced election can fail (its log is behind), which leaves every survivor
+// without a known leader; if the old leader's node is back before the next voter's turn, the
+// ping loop's repeated calls (while it is suspected) stop, and only the restart can start that
+// turn. Here the failed election is a vote request with a stale log and the leadership-transfer
+// flag, as a forced election sends, delivered to both survivors before the leader's node
+// restarts; the next voter's turn comes kickStagger after the restart is seen. (The second 9 s
+// confirm stall the stream chaos test saw.)
+func TestRestartAfterFailedForcedElectionReplaced(t *testing.T) {
+	restartLeaderQuickly(t, 8, 4*time.Second, func(c *tcluster, id uint64) {
+		survivors := []*tnode{c.nodes[1], c.nodes[2]}
+		term := survivors[0].node.Group(id).raft.CurrentTerm()
+		for i, tn := range survivors {
+			cand := survivors[1-i]
+			g := tn.node.Group(id)
+			got := make(chan raft.RPCResponse, 1)
+			g.gt.enqueue(inReq{kind: kindVote, cmd: &raft.RequestVoteRequest{
+				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cand.id), Addr: []byte(cand.addr)},
+				Term:      term + 1, LastLogIndex: 0, LastLogTerm: 0, LeadershipTransfer: true,
+			}, reply: func(r raft.RPCResponse) { got <- r }})
+			select {
+			case r := <-got:
+				if vr, ok := r.Response.(*raft.RequestVoteResponse); r.Error != nil || !ok || vr.Granted {
+					t.Fatalf("%s answered the stale vote request with %+v, %v: want a refusal", tn.id, r.Response, r.Error)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s did not answer the vote request", tn.id)
+			}
+			if _, lid := g.raft.LeaderWithID(); lid != "" {
+				t.Fatalf("%s still follows %s after a vote request of a later term", tn.id, lid)
+			}
+		}
+	})
+}
+
+// restartLeaderQuickly closes n1, the leader of a new group id of three nodes, runs between (if
+// set) and starts n1 again at once, and wants another leader within bound of the close, a bound
+// under recoveredGrace (when the restarted n1 would stand for election itself).
+func restartLeaderQuickly(t *testing.T, id uint64, bound time.Duration, between func(c *tcluster, id uint64)) {
+	if recoveredGrace <= bound {
+		t.Fatalf("recoveredGrace %v: the test needs it over %v", recoveredGrace, bound)
+	}
 	c := newCluster(t, 3, true)
-	const id = 7
 	c.startGroup(id) // n1 is the first voter: it leads
 	ld := c.leader(id, 10*time.Second)
 	if ld.id != "n1" {
@@ -284,87 +327,17 @@ func TestLeaderRestartedBeforeSuspicionReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	ld.node = nil
-	c.start(ld, nil, false)
-	c.startGroupOn(ld, id, c.ids(), true)
-	if back := time.Since(began); back >= suspectAfter-PingInterval {
-		t.Skipf("n1 took %v to restart: the pings may have suspected it, which is not the case under test", back)
-	}
-	// The bound is under recoveredGrace, when the restarted n1 would stand for election itself.
-	const bound = 3 * time.Second
-	if recoveredGrace <= bound {
-		t.Fatalf("recoveredGrace %v: the test needs it over %v", recoveredGrace, bound)
-	}
-	nl := c.leader(id, 2*heartbeatTimeout)
-	took := time.Since(began)
-	t.Logf("%s leads %v after n1's close (n1 back after well under suspectAfter)", nl.id, took.Round(time.Millisecond))
-	if took > bound {
-		t.Errorf("new leader %s %v after the leader's node restarted; want under %v", nl.id, took.Round(time.Millisecond), bound)
-	}
-	if _, err := nl.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("after")); err != nil {
-		t.Fatalf("Propose on the new leader: %v", err)
-	}
-	c.converge(id, []string{"before", "after"}, 10*time.Second)
-}
-
-// The first voter's forced election can fail (its log is behind), which leaves every survivor
-// without a known leader; if the old leader's node is back before the next voter's turn, the
-// ping loop's repeated calls (while it is suspected) stop, and only the restart can start that
-// turn. Here the failed election is a vote request with a stale log and the leadership-transfer
-// flag, as a forced election sends, delivered to both survivors before the leader's node
-// restarts. (The second 9 s confirm stall the stream chaos test saw.)
-func TestRestartAfterFailedForcedElectionReplaced(t *testing.T) {
-	c := newCluster(t, 3, true)
-	const id = 8
-	c.startGroup(id)
-	ld := c.leader(id, 10*time.Second)
-	if ld.id != "n1" {
-		t.Fatalf("leader %s, want n1", ld.id)
-	}
-	if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	c.converge(id, []string{"before"}, 10*time.Second)
-	began := time.Now()
-	if err := ld.node.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ld.node = nil
-	survivors := []*tnode{c.nodes[1], c.nodes[2]}
-	term := survivors[0].node.Group(id).raft.CurrentTerm()
-	for i, tn := range survivors {
-		cand := survivors[1-i]
-		g := tn.node.Group(id)
-		got := make(chan raft.RPCResponse, 1)
-		g.gt.enqueue(inReq{kind: kindVote, cmd: &raft.RequestVoteRequest{
-			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cand.id), Addr: []byte(cand.addr)},
-			Term:      term + 1, LastLogIndex: 0, LastLogTerm: 0, LeadershipTransfer: true,
-		}, reply: func(r raft.RPCResponse) { got <- r }})
-		select {
-		case r := <-got:
-			if vr, ok := r.Response.(*raft.RequestVoteResponse); r.Error != nil || !ok || vr.Granted {
-				t.Fatalf("%s answered the stale vote request with %+v, %v: want a refusal", tn.id, r.Response, r.Error)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s did not answer the vote request", tn.id)
-		}
-		if _, lid := g.raft.LeaderWithID(); lid != "" {
-			t.Fatalf("%s still follows %s after a vote request of a later term", tn.id, lid)
-		}
+	if between != nil {
+		between(c, id)
 	}
 	c.start(ld, nil, false)
 	c.startGroupOn(ld, id, c.ids(), true)
 	if back := time.Since(began); back >= suspectAfter-PingInterval {
 		t.Skipf("n1 took %v to restart: the pings may have suspected it, which is not the case under test", back)
 	}
-	// The next voter's turn comes kickStagger after the restart is seen; the bound is under
-	// recoveredGrace, when the restarted n1 would stand for election itself.
-	const bound = 4 * time.Second
-	if recoveredGrace <= bound {
-		t.Fatalf("recoveredGrace %v: the test needs it over %v", recoveredGrace, bound)
-	}
 	nl := c.leader(id, 2*heartbeatTimeout)
 	took := time.Since(began)
-	t.Logf("%s leads %v after n1's close", nl.id, took.Round(time.Millisecond))
+	t.Logf("%s leads %v after n1's close (n1 back well within suspectAfter)", nl.id, took.Round(time.Millisecond))
 	if took > bound {
 		t.Errorf("new leader %s %v after the leader's node restarted; want under %v", nl.id, took.Round(time.Millisecond), bound)
 	}
