@@ -11,7 +11,11 @@ import (
 )
 
 // Get returns a copy of the value stored under key, or ErrNotFound.
-func (d *DB) Get(key []byte) ([]byte, error) {
+func (d *DB) Get(key []byte) ([]byte, error) { return d.GetInto(key, nil) }
+
+// GetInto is Get copying the value into dst's storage when it has the capacity (a buffer
+// reused from read to read: stream chunks read for delivery), into a new slice otherwise.
+func (d *DB) GetInto(key, dst []byte) ([]byte, error) {
 	if err := d.readLock(); err != nil {
 		return nil, err
 	}
@@ -22,7 +26,7 @@ func (d *DB) Get(key []byte) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		val, err = item.ValueCopy(nil)
+		val, err = item.ValueCopy(dst[:0])
 		if err == nil && valueDamaged(len(val), item.ValueSize()) {
 			// badger logs and swallows value-log read errors, returning an empty value.
 			return fmt.Errorf("%w: the value of key %x (%d bytes) cannot be read", ErrCorrupt, key, item.ValueSize())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"warren/amqp"
 	"warren/amqp/amqp10"
@@ -26,6 +27,19 @@ type DeliveryChunk struct {
 	Chunk     []byte
 	Header    osiris.Header
 	Converted bool // Chunk was rebuilt from Warren records
+
+	pool *sync.Pool // where Release puts Chunk's buffer: it was read for this delivery alone
+}
+
+// Release gives the chunk's buffer back for a later read when it was read from storage for this
+// delivery alone; neither the chunk nor a slice of it may be used after. Not calling it only
+// costs an allocation.
+func (d *DeliveryChunk) Release() {
+	if d.pool != nil {
+		b := d.Chunk[:0]
+		d.pool.Put(&b)
+		d.pool, d.Chunk = nil, nil
+	}
 }
 
 // Data returns the chunk's data entries (what follows the header in a deliver frame).
@@ -64,16 +78,26 @@ func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err err
 		}
 		ci := l.chunks[i]
 		l.mu.RUnlock()
-		b, err := l.blob(&ci)
+		var dst []byte
+		if p, _ := l.readBufs.Get().(*[]byte); p != nil {
+			dst = *p
+		}
+		b, read, err := l.blobInto(&ci, dst)
 		if err != nil {
 			if errors.Is(err, storage.ErrNotFound) && l.First() > ci.first {
 				continue // removed by retention meanwhile
 			}
 			return dc, false, err
 		}
-		dc = DeliveryChunk{First: ci.first, Next: ci.end()}
+		dc = DeliveryChunk{First: ci.first, Next: ci.end(), Chunk: b}
+		if read {
+			dc.pool = &l.readBufs
+		} else if dst != nil {
+			l.readBufs.Put(&dst) // served from memory: the buffer waits for the next read
+		}
 		if len(b) > 0 && b[0] == chunkVersion || len(b) > flagByte && b[flagByte]&flagNative != 0 {
 			entries, err := l.entries(&ci)
+			dc.Release() // entries keeps no part of b: the cache holds its own copy
 			if err != nil {
 				return dc, false, err
 			}
@@ -85,6 +109,7 @@ func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err err
 		}
 		h, err := osiris.ParseHeader(b)
 		if err != nil || len(b) < h.StoredSize() {
+			dc.Release()
 			return dc, false, fmt.Errorf("stream %d: chunk %d: %w", l.id, ci.first, errCorrupt)
 		}
 		dc.Chunk, dc.Header = b, h

@@ -208,6 +208,10 @@ type Log struct {
 	retainAsk  uint64 // the last first offset passed to OnRetention
 
 	cache *chunkCache
+	// readBufs holds the buffers of chunks read from storage for a delivery, given back by
+	// DeliveryChunk.Release once written: a consumer catching up reads a chunk per credit, and
+	// a new buffer each time was most of the broker's allocations (and collections) then.
+	readBufs sync.Pool
 
 	wake       chan struct{} // capacity 1: pokes the writer
 	retune     chan struct{} // capacity 1: the retention limits changed (SetRetention)
@@ -573,20 +577,27 @@ func (l *Log) Read(dst []Entry, from uint64, max int) ([]Entry, error) {
 
 // blob returns a chunk's stored bytes, from the cache or from storage.
 func (l *Log) blob(ci *chunkInfo) ([]byte, error) {
+	b, _, err := l.blobInto(ci, nil)
+	return b, err
+}
+
+// blobInto is blob reading from storage into dst's storage (when it has the capacity); read
+// reports that it did read from storage (b is not shared with the cache).
+func (l *Log) blobInto(ci *chunkInfo, dst []byte) (b []byte, read bool, err error) {
 	if b := l.cache.blob(ci.first); b != nil {
-		return b, nil
+		return b, false, nil
 	}
 	l.mu.RLock()
 	b, ok := l.unstored[ci.first]
 	l.mu.RUnlock()
 	if ok {
-		return b, nil
+		return b, false, nil
 	}
-	b, err := l.db.Get(storage.StreamChunkKey(l.id, ci.first))
+	b, err = l.db.GetInto(storage.StreamChunkKey(l.id, ci.first), dst)
 	if err != nil {
-		return nil, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
+		return nil, false, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
 	}
-	return b, nil
+	return b, true, nil
 }
 
 // entries returns the decoded entries of a chunk, from the cache or from storage.

@@ -14,12 +14,15 @@ type outbound struct {
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when data is queued, when bytes are written, at close
 	// small collects small frames until the next segment boundary.
-	small  []byte
-	bufs   net.Buffers
-	queued int // bytes in small and bufs not yet written
-	closed bool
-	err    error
-	done   chan struct{} // closed when the writer exits
+	small []byte
+	bufs  net.Buffers
+	// written are called once everything queued before them is written (chunk buffers given
+	// back for reuse); dropped uncalled when the connection fails.
+	written []func()
+	queued  int // bytes in small and bufs not yet written
+	closed  bool
+	err     error
+	done    chan struct{} // closed when the writer exits
 }
 
 func newOutbound(nc net.Conn) *outbound {
@@ -41,9 +44,16 @@ func (o *outbound) send(frame []byte) {
 
 // sendParts queues one frame made of parts, which are referenced, not copied, and must not
 // change until written.
-func (o *outbound) sendParts(parts ...[]byte) {
+func (o *outbound) sendParts(parts ...[]byte) { o.sendPartsThen(nil, parts...) }
+
+// sendPartsThen is sendParts calling written (if set) once the parts are written, or not at all
+// if they never are (the connection failed or closed first).
+func (o *outbound) sendPartsThen(written func(), parts ...[]byte) {
 	o.mu.Lock()
 	if !o.closed {
+		if written != nil {
+			o.written = append(o.written, written)
+		}
 		if len(o.small) > 0 {
 			o.bufs = append(o.bufs, o.small)
 			o.small = nil
@@ -94,7 +104,8 @@ func (o *outbound) run() {
 		if len(o.small) > 0 {
 			bufs = append(bufs, o.small)
 		}
-		o.bufs, o.small = nil, nil
+		written := o.written
+		o.bufs, o.small, o.written = nil, nil, nil
 		closed := o.closed
 		o.mu.Unlock()
 		if closed {
@@ -107,12 +118,15 @@ func (o *outbound) run() {
 			o.err = err
 			o.closed = true
 			o.queued = 0
-			o.bufs, o.small = nil, nil
+			o.bufs, o.small, o.written = nil, nil, nil
 		}
 		o.cond.Broadcast()
 		o.mu.Unlock()
 		if err != nil {
 			return
+		}
+		for _, f := range written {
+			f()
 		}
 	}
 }

@@ -256,13 +256,16 @@ func (s *subscription) run() {
 		s.next = dc.Next
 		s.mu.Unlock()
 		if len(s.filters) > 0 && !osiris.BloomMatch(dc.Bloom(), s.filters, s.unfilt) {
+			dc.Release()
 			continue
 		}
 		if !c.out.waitRoom(limit, s.stopped.Load) {
+			dc.Release()
 			return
 		}
 		if !s.active.Load() {
 			// Stepped down while waiting: read this chunk again once active.
+			dc.Release()
 			s.mu.Lock()
 			if s.next == dc.Next {
 				s.next = from
@@ -275,7 +278,8 @@ func (s *subscription) run() {
 	}
 }
 
-// send writes one deliver frame: its header, then the chunk's header and data by reference.
+// send writes one deliver frame: its header, then the chunk's header and data by reference (the
+// chunk is released once written).
 func (s *subscription) send(dc *stream.DeliveryChunk) {
 	c := s.c
 	version := wire.Version1
@@ -289,7 +293,7 @@ func (s *subscription) send(dc *stream.DeliveryChunk) {
 	// A new header slice per frame: the writer holds it until written.
 	hdr := wire.AppendDeliverHeader(make([]byte, 0, wire.DeliverHeaderSize(version)), version, s.id, committed,
 		uint32(osiris.HeaderSize+len(data)))
-	c.out.sendParts(hdr, dc.Chunk[:osiris.HeaderSize], data)
+	c.out.sendPartsThen(dc.Release, hdr, dc.Chunk[:osiris.HeaderSize], data)
 }
 
 // streamGoneFromSub handles a subscription's stream closing under it (deleted).
