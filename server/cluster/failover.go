@@ -41,13 +41,14 @@ const kickStagger = time.Second
 // its next tick (failover with repeatTurn).
 const kickFresh = PingInterval + PingInterval/2
 
-// failover forces elections in the groups that member peer led: peer is suspected down, or (with
-// restartedAt set) it restarted at restartedAt, so whatever it led before then it leads no more.
-// The ping loop calls it when the peer becomes suspected (first) and again at every tick while it
-// stays so: a group that still heard from its leader at first (a degraded link that lost the pings
-// first) is kicked once it has not for suspectAfter. A restart is handled once. Only what changes
-// is logged.
-func (n *Node) failover(peer string, first bool, restartedAt time.Time) {
+// failover forces elections in the groups that member peer led and whose followers have not
+// heard from it since quietSince: peer is suspected down (no ping answered for suspectAfter, or
+// its address refused a connection at quietSince), or it restarted (at quietSince), so whatever it
+// led before then it leads no more. The ping loop calls it when the peer becomes suspected (first)
+// and again at every tick while it stays so: a group that still heard from its leader at first (a
+// degraded link that lost the pings first) is kicked once it has not for suspectAfter. A restart
+// is handled once. Only what changes is logged.
+func (n *Node) failover(peer string, first bool, quietSince time.Time, restarted bool) {
 	n.mu.Lock()
 	groups := make([]*Group, 0, len(n.groups))
 	for _, g := range n.groups {
@@ -56,24 +57,24 @@ func (n *Node) failover(peer string, first bool, restartedAt time.Time) {
 	n.mu.Unlock()
 	kicked, later := 0, 0
 	turn := 0
-	if !first || !restartedAt.IsZero() {
+	if !first || restarted {
 		// A restart may come after a first voter's election failed (the peer was suspected,
 		// then back before the next voter's turn, which only the ping loop's repeated calls
 		// would have started): take the groups with an unknown leader too, as a repeated call.
 		turn = repeatTurn
 	}
 	for _, g := range groups {
-		switch g.kick(peer, turn, restartedAt) {
+		switch g.kick(peer, turn, quietSince) {
 		case kickNow:
 			kicked++
 		case kickLater:
 			later++
 		}
 	}
-	if !restartedAt.IsZero() {
+	if restarted {
 		if kicked > 0 || later > 0 {
 			n.log.Warn("cluster peer restarted: electing new leaders for the groups it led",
-				"peer", peer, "restarted", restartedAt, "elections", kicked, "deferred", later)
+				"peer", peer, "restarted", quietSince, "elections", kicked, "deferred", later)
 		}
 		return
 	}
@@ -95,14 +96,14 @@ const (
 const repeatTurn = -1
 
 // kick forces an election of group g on this node if peer, suspected down, leads it, this node has
-// not heard from it for suspectAfter (or, if peer restarted at restartedAt, not since then: the new
-// process leads nothing it led before), and it is this node's turn: its rank among the group's voters
+// not heard from it since quietSince (zero: for suspectAfter; a restart's or a refused
+// connection's time: the process that led is gone since), and it is this node's turn: its rank among the group's voters
 // that answered a ping within kickFresh is at most turn (a later turn is scheduled otherwise). With repeatTurn
 // (the peer is still suspected) it also takes a group whose leader became unknown, as an earlier
 // voter's failed election leaves it: the first voter is kicked only while the peer is still its
 // leader (never twice: a second election of a voter that cannot win would disrupt the next
 // voter's), the others schedule their turns.
-func (g *Group) kick(peer string, turn int, restartedAt time.Time) kickOutcome {
+func (g *Group) kick(peer string, turn int, quietSince time.Time) kickOutcome {
 	if g.gt == nil || g.raft.State() != raft.Follower {
 		return kickNone
 	}
@@ -111,9 +112,8 @@ func (g *Group) kick(peer string, turn int, restartedAt time.Time) kickOutcome {
 	if string(lid) != peer && (turn == 0 || lid != "") {
 		return kickNone
 	}
-	quietSince := time.Now().Add(-suspectAfter)
-	if !restartedAt.IsZero() {
-		quietSince = restartedAt
+	if quietSince.IsZero() {
+		quietSince = time.Now().Add(-suspectAfter)
 	}
 	if g.raft.LastContact().After(quietSince) {
 		return kickNone
@@ -174,7 +174,7 @@ func (g *Group) kick(peer string, turn int, restartedAt time.Time) kickOutcome {
 			g.emu.Lock()
 			g.kickArmed = false
 			g.emu.Unlock()
-			g.kick(peer, rank, restartedAt)
+			g.kick(peer, rank, quietSince)
 		})
 		return kickLater
 	}

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,12 +226,15 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 		return string(lid) == ld.id && g.raft.CurrentTerm() == lterm
 	})
 	term := g.raft.CurrentTerm()
+	// A cut link answers nothing: the peers' addresses accept connections that never answer
+	// (a closed address would refuse them, which says the process is gone: another case).
 	for _, tn := range c.nodes {
 		if tn != f {
 			if err := tn.node.Close(); err != nil {
 				t.Fatal(err)
 			}
 			tn.node = nil
+			blackHole(t, tn.addr)
 		}
 	}
 	// The worst phase of the pingers: the other peer's last answer came a whole PingInterval after
@@ -345,4 +350,85 @@ func restartLeaderQuickly(t *testing.T, id uint64, bound time.Duration, between 
 		t.Fatalf("Propose on the new leader: %v", err)
 	}
 	c.converge(id, []string{"before", "after"}, 10*time.Second)
+}
+
+// A leader's node whose process is gone (its address refuses connections) is known as such as
+// soon as a peer's ping connection to it breaks: its groups elect before suspectAfter without an
+// answer, which is all that a silent failure (a cut link, a dead host) can go by.
+func TestLeaderProcessGoneReplacedBeforeSuspicion(t *testing.T) {
+	c := newCluster(t, 3, false)
+	const id = 9
+	c.startGroup(id)
+	ld := c.leader(id, 10*time.Second)
+	if ld.id != "n1" {
+		t.Fatalf("leader %s, want n1", ld.id)
+	}
+	if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(id, []string{"before"}, 10*time.Second)
+	if err := ld.node.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ld.node = nil
+	nl := c.leader(id, 2*heartbeatTimeout)
+	elected := time.Now()
+	// Without the refusal, the node that forces the election must have had no answer from n1 for
+	// suspectAfter, and the other survivor's last answer is at most a PingInterval later.
+	var quiet time.Duration
+	for _, tn := range c.nodes[1:] {
+		tn.node.live.mu.Lock()
+		if st := tn.node.live.peers["n1"]; st != nil {
+			quiet = max(quiet, elected.Sub(st.lastOK))
+		}
+		tn.node.live.mu.Unlock()
+	}
+	t.Logf("%s leads %v after the survivors' last answer from n1", nl.id, quiet.Round(time.Millisecond))
+	if quiet >= suspectAfter-100*time.Millisecond {
+		t.Errorf("new leader %s %v after the last answer from n1; want under %v (suspectAfter)", nl.id, quiet.Round(time.Millisecond), suspectAfter-100*time.Millisecond)
+	}
+	if _, err := nl.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("after")); err != nil {
+		t.Fatalf("Propose on the new leader: %v", err)
+	}
+	c.converge(id, []string{"before", "after"}, 10*time.Second)
+}
+
+// blackHole listens on addr (just closed by a node) until the test ends, accepting connections and
+// never answering, as a peer behind a cut link looks to a dialler that still gets through.
+func blackHole(t *testing.T, addr string) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("black hole on %s: %v", addr, err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+	})
 }

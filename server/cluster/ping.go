@@ -3,10 +3,12 @@ package cluster
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -32,6 +34,9 @@ type hello struct {
 type liveness struct {
 	mu    sync.Mutex
 	peers map[string]*peerState
+	// wake (capacity 1) runs the ping loop before its next tick: a member's address refused a
+	// connection, which is worth acting on at once.
+	wake chan struct{}
 }
 
 type peerState struct {
@@ -45,9 +50,15 @@ type peerState struct {
 
 	incarnation uint64    // the member's process instance, from its last hello (0: unknown)
 	restartedAt time.Time // when its new incarnation started (this node's clock), if not yet handled
+	// refusedAt: when a redial right after its ping connection broke was refused (nothing listens
+	// on its address: the process is gone), until it answers again. Zero otherwise.
+	refusedAt time.Time
 }
 
-func (l *liveness) init() { l.peers = make(map[string]*peerState) }
+func (l *liveness) init() {
+	l.peers = make(map[string]*peerState)
+	l.wake = make(chan struct{}, 1)
+}
 
 func (l *liveness) up(id string) bool {
 	l.mu.Lock()
@@ -87,12 +98,13 @@ func (l *liveness) answeredSince(addr string, d time.Duration) (time.Time, bool)
 	return st.since, true
 }
 
-// answeredWithin reports whether member id answered a ping less than d ago.
+// answeredWithin reports whether member id answered a ping less than d ago, and its address has
+// not refused a connection since.
 func (l *liveness) answeredWithin(id string, d time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.peers[id]
-	return st != nil && st.heard && time.Since(st.lastOK) < d
+	return st != nil && st.heard && time.Since(st.lastOK) < d && st.refusedAt.IsZero()
 }
 
 // ok records an answered ping of member id; fresh: the first on a new connection.
@@ -100,6 +112,7 @@ func (l *liveness) ok(id string, fresh bool) {
 	l.mu.Lock()
 	if st := l.peers[id]; st != nil {
 		st.lastOK = time.Now()
+		st.refusedAt = time.Time{}
 		if fresh || !st.heard {
 			st.since = st.lastOK
 		}
@@ -121,6 +134,20 @@ func (l *liveness) hello(id string, incarnation uint64, started time.Time) {
 		st.restartedAt = started
 	}
 	st.incarnation = incarnation
+}
+
+// refused records that member id, which was answering, refused a connection: no process
+// listens on its address.
+func (l *liveness) refused(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.peers[id]; st != nil && st.heard && st.refusedAt.IsZero() {
+		st.refusedAt = time.Now()
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // heard reports whether member id has answered a ping since this node started.
@@ -156,6 +183,9 @@ func (n *Node) pingLoop() {
 		}
 		var changes []change
 		var suspects, stillSuspect []string
+		// quiet: for each suspect, the time before which its groups' followers must have last
+		// heard from it for an election (see kick).
+		quiet := make(map[string]time.Time)
 		restarted := make(map[string]time.Time)
 		n.live.mu.Lock()
 		want := make(map[string]string, len(members))
@@ -186,11 +216,19 @@ func (n *Node) pingLoop() {
 				st.up = up
 				changes = append(changes, change{id, up})
 			}
-			sus := now.Sub(st.lastOK) >= suspectAfter
+			// A refused connection says at once what suspectAfter without answers only
+			// presumes: the process is gone, and whatever it led it stopped leading by then.
+			sus := now.Sub(st.lastOK) >= suspectAfter || !st.refusedAt.IsZero()
 			if sus && !st.suspect {
 				suspects = append(suspects, id)
 			} else if sus {
 				stillSuspect = append(stillSuspect, id)
+			}
+			if sus {
+				quiet[id] = now.Add(-suspectAfter)
+				if st.refusedAt.After(quiet[id]) {
+					quiet[id] = st.refusedAt
+				}
 			}
 			st.suspect = sus
 			if !st.restartedAt.IsZero() {
@@ -201,19 +239,19 @@ func (n *Node) pingLoop() {
 		n.live.mu.Unlock()
 		n.runDeferredElections()
 		for _, id := range suspects {
-			n.failover(id, true, time.Time{})
+			n.failover(id, true, quiet[id], false)
 		}
 		// A peer that stays suspected is asked again at every tick: it may have been suspected
 		// while its groups still heard from it (a degraded link), and lost them only later.
 		for _, id := range stillSuspect {
-			n.failover(id, false, time.Time{})
+			n.failover(id, false, quiet[id], false)
 		}
 		// A peer that restarted leads nothing any more, even if it was back before it was
 		// suspected (killed and restarted within suspectAfter): the groups it led elect at once
 		// rather than after raft's timeout or its recovery grace.
 		for id, at := range restarted {
 			if !slices.Contains(suspects, id) && !slices.Contains(stillSuspect, id) {
-				n.failover(id, true, at)
+				n.failover(id, true, at, true)
 			}
 		}
 		for _, c := range changes {
@@ -230,6 +268,7 @@ func (n *Node) pingLoop() {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
+		case <-n.live.wake:
 		}
 	}
 }
@@ -262,15 +301,29 @@ func (n *Node) pinger(id, addr string, stop chan struct{}) {
 		}
 		cmu.Unlock()
 	}()
+	closeConn := func() {
+		cmu.Lock()
+		if c != nil {
+			_ = c.Close()
+			c = nil
+		}
+		cmu.Unlock()
+	}
 	for {
 		fresh := c == nil // only this goroutine sets c
-		if err := n.pingOnce(id, addr, &c, &br, &cmu); err != nil {
-			cmu.Lock()
-			if c != nil {
-				_ = c.Close()
-				c = nil
+		err := n.pingOnce(id, addr, &c, &br, &cmu)
+		if err != nil && !fresh {
+			// The connection broke: dial again at once, so that a process that is gone (its
+			// address refuses connections) is known as such now rather than after suspectAfter.
+			closeConn()
+			fresh = true
+			err = n.pingOnce(id, addr, &c, &br, &cmu)
+		}
+		if err != nil {
+			closeConn()
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				n.live.refused(id)
 			}
-			cmu.Unlock()
 		} else {
 			n.live.ok(id, fresh)
 		}
