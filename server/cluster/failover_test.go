@@ -317,16 +317,7 @@ func restartLeaderQuickly(t *testing.T, id uint64, bound time.Duration, between 
 	if recoveredGrace <= bound {
 		t.Fatalf("recoveredGrace %v: the test needs it over %v", recoveredGrace, bound)
 	}
-	c := newCluster(t, 3, true)
-	c.startGroup(id) // n1 is the first voter: it leads
-	ld := c.leader(id, 10*time.Second)
-	if ld.id != "n1" {
-		t.Fatalf("leader %s, want n1", ld.id)
-	}
-	if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	c.converge(id, []string{"before"}, 10*time.Second)
+	c, ld := ledByN1(t, id, true)
 	began := time.Now()
 	if err := ld.node.Close(); err != nil {
 		t.Fatal(err)
@@ -356,17 +347,8 @@ func restartLeaderQuickly(t *testing.T, id uint64, bound time.Duration, between 
 // soon as a peer's ping connection to it breaks: its groups elect before suspectAfter without an
 // answer, which is all that a silent failure (a cut link, a dead host) can go by.
 func TestLeaderProcessGoneReplacedBeforeSuspicion(t *testing.T) {
-	c := newCluster(t, 3, false)
 	const id = 9
-	c.startGroup(id)
-	ld := c.leader(id, 10*time.Second)
-	if ld.id != "n1" {
-		t.Fatalf("leader %s, want n1", ld.id)
-	}
-	if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	c.converge(id, []string{"before"}, 10*time.Second)
+	c, ld := ledByN1(t, id, false)
 	if err := ld.node.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -391,6 +373,23 @@ func TestLeaderProcessGoneReplacedBeforeSuspicion(t *testing.T) {
 		t.Fatalf("Propose on the new leader: %v", err)
 	}
 	c.converge(id, []string{"before", "after"}, 10*time.Second)
+}
+
+// ledByN1 starts three nodes and group id on them, led by n1 (its first voter), with one entry,
+// "before", applied everywhere.
+func ledByN1(t *testing.T, id uint64, withDataDir bool) (*tcluster, *tnode) {
+	t.Helper()
+	c := newCluster(t, 3, withDataDir)
+	c.startGroup(id)
+	ld := c.leader(id, 10*time.Second)
+	if ld.id != "n1" {
+		t.Fatalf("leader %s, want n1", ld.id)
+	}
+	if _, err := ld.node.Group(id).Propose(ctxT(t, 5*time.Second), []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(id, []string{"before"}, 10*time.Second)
+	return c, ld
 }
 
 // blackHole listens on addr (just closed by a node) until the test ends, accepting connections and
