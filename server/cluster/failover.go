@@ -96,13 +96,13 @@ const (
 const repeatTurn = -1
 
 // kick forces an election of group g on this node if peer, suspected down, leads it, this node has
-// not heard from it since quietSince (zero: for suspectAfter; a restart's or a refused
-// connection's time: the process that led is gone since), and it is this node's turn: its rank among the group's voters
-// that answered a ping within kickFresh is at most turn (a later turn is scheduled otherwise). With repeatTurn
-// (the peer is still suspected) it also takes a group whose leader became unknown, as an earlier
-// voter's failed election leaves it: the first voter is kicked only while the peer is still its
-// leader (never twice: a second election of a voter that cannot win would disrupt the next
-// voter's), the others schedule their turns.
+// not heard from it since quietSince (suspectAfter before the suspicion, or the time of a refused
+// connection or of a restart: the process that led is gone since), and it is this node's turn:
+// its rank among the group's voters that answered a ping within kickFresh is at most turn (a later
+// turn is scheduled otherwise). With repeatTurn (the peer is still suspected, or restarted) it also
+// takes a group whose leader became unknown, as an earlier voter's failed election leaves it: the
+// first voter is kicked only while the peer is still its leader (never twice: a second election of
+// a voter that cannot win would disrupt the next voter's), the others schedule their turns.
 func (g *Group) kick(peer string, turn int, quietSince time.Time) kickOutcome {
 	if g.gt == nil || g.raft.State() != raft.Follower {
 		return kickNone
@@ -111,9 +111,6 @@ func (g *Group) kick(peer string, turn int, quietSince time.Time) kickOutcome {
 	// On a later turn the leader may be unknown: an earlier voter's failed election cleared it.
 	if string(lid) != peer && (turn == 0 || lid != "") {
 		return kickNone
-	}
-	if quietSince.IsZero() {
-		quietSince = time.Now().Add(-suspectAfter)
 	}
 	if g.raft.LastContact().After(quietSince) {
 		return kickNone
