@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -131,7 +132,8 @@ func recordCount(r *Record) int {
 	return 1
 }
 
-// finish returns the chunk (a new slice owned by the caller).
+// finish returns the chunk, a slice the caller owns: the builder's buffer is handed over (no
+// copy) and the next chunk is built in a new one.
 func (cb *chunkBuilder) finish() ([]byte, error) {
 	for id, seq := range cb.writers {
 		if len(id) <= 255 {
@@ -140,18 +142,17 @@ func (cb *chunkBuilder) finish() ([]byte, error) {
 			}
 		}
 	}
-	out, err := cb.b.Finish()
+	blob, err := cb.b.Finish()
 	if err != nil {
 		return nil, err
 	}
+	cb.b.Detach()
 	extra := 0
 	for id := range cb.writers {
 		if len(id) > 255 {
 			extra += 3 + len(id) + 8
 		}
 	}
-	blob := make([]byte, len(out), len(out)+extra)
-	copy(blob, out)
 	if extra > 0 {
 		for id, seq := range cb.writers {
 			if len(id) > 255 {
@@ -166,6 +167,11 @@ func (cb *chunkBuilder) finish() ([]byte, error) {
 	if cb.native {
 		blob[flagByte] |= flagNative
 	}
+	if cap(blob)-len(blob) > len(blob)/4+4096 {
+		// Much smaller than the chunk before it, whose size the buffer was made for: the cache
+		// and the storage batch count lengths, so a mostly empty buffer is not kept.
+		blob = bytes.Clone(blob)
+	}
 	return blob, nil
 }
 
@@ -179,6 +185,18 @@ type parsedChunk struct {
 // parseChunk checks an osiris chunk (header, sizes, data CRC) and returns its parts. It does not
 // walk the entries (decodeEntries does).
 func parseChunk(b []byte) (parsedChunk, error) {
+	pc, err := splitChunk(b)
+	if err != nil {
+		return parsedChunk{}, err
+	}
+	if crc := crc32.ChecksumIEEE(pc.data); crc != pc.hdr.CRC {
+		return parsedChunk{}, fmt.Errorf("%w: data CRC %08x, header says %08x", errCorrupt, crc, pc.hdr.CRC)
+	}
+	return pc, nil
+}
+
+// splitChunk is parseChunk without the CRC check, for a chunk this process just built.
+func splitChunk(b []byte) (parsedChunk, error) {
 	h, err := osiris.ParseHeader(b)
 	if err != nil {
 		return parsedChunk{}, fmt.Errorf("%w: %v", errCorrupt, err)
@@ -187,11 +205,7 @@ func parseChunk(b []byte) (parsedChunk, error) {
 		return parsedChunk{}, fmt.Errorf("%w: chunk of %d bytes, header says %d", errCorrupt, len(b), h.StoredSize())
 	}
 	off := osiris.HeaderSize + int(h.BloomSize)
-	pc := parsedChunk{hdr: h, data: b[off : off+int(h.DataLength)], trailer: b[off+int(h.DataLength):]}
-	if crc := crc32.ChecksumIEEE(pc.data); crc != h.CRC {
-		return parsedChunk{}, fmt.Errorf("%w: data CRC %08x, header says %08x", errCorrupt, crc, h.CRC)
-	}
-	return pc, nil
+	return parsedChunk{hdr: h, data: b[off : off+int(h.DataLength)], trailer: b[off+int(h.DataLength):]}, nil
 }
 
 // walkTracking calls fn for every sequence entry of a trailer.

@@ -165,7 +165,7 @@ func (l *Log) writeSome(reqs []appendReq) int {
 		if err != nil {
 			return err
 		}
-		pc, err := parseChunk(blob)
+		pc, err := splitChunk(blob)
 		if err != nil {
 			return err
 		}

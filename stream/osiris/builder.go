@@ -15,13 +15,19 @@ import (
 //	b.Add(msg, nil)            // a simple entry
 //	b.Add(msg, []byte("eu"))   // with a filter value
 //	chunk, err := b.Finish()   // header + bloom + data + trailer, a slice of the Builder's buffer
+//	b.Detach()                 // optional: chunk is the caller's, the Builder starts a new buffer
+//
+// Records are copied once, into the buffer the chunk is returned in: the buffer starts with room
+// for the header and the bloom filter, which Finish fills in front of the data.
 //
 // A Builder is not safe for concurrent use.
 type Builder struct {
 	hdr       Header
-	data      []byte
+	buf       []byte // room for header and bloom (pre bytes), then the data; the trailer after Finish
+	pre       int    // HeaderSize + bloomSize
+	dataEnd   int    // len(buf) before Finish appended the trailer
+	hint      int    // capacity for the next buffer after Detach
 	trailer   []byte
-	out       []byte
 	bloomSize int
 	bloom     []byte
 	filtered  bool // some entry had a filter value
@@ -38,7 +44,7 @@ func (b *Builder) Reset(typ ChunkType, chunkID uint64, timestamp int64, epoch ui
 		bloomSize = DefaultBloomSize
 	}
 	b.hdr = Header{Type: typ, ChunkID: chunkID, Timestamp: timestamp, Epoch: epoch}
-	b.data = b.data[:0]
+	b.dataEnd = -1
 	b.trailer = b.trailer[:0]
 	b.bloomSize = bloomSize
 	b.filtered = false
@@ -47,6 +53,11 @@ func (b *Builder) Reset(typ ChunkType, chunkID uint64, timestamp int64, epoch ui
 		b.err = fmt.Errorf("osiris: bloom filter size %d outside %d..%d", bloomSize, MinBloomSize, MaxBloomSize)
 		return
 	}
+	b.pre = HeaderSize + bloomSize
+	if cap(b.buf) < b.pre {
+		b.buf = make([]byte, 0, max(b.hint, b.pre))
+	}
+	b.buf = b.buf[:b.pre] // the bytes in front of the data are written by Finish
 	if cap(b.bloom) < bloomSize {
 		b.bloom = make([]byte, bloomSize)
 	}
@@ -60,17 +71,37 @@ func (b *Builder) SetTimestamp(ts int64) { b.hdr.Timestamp = ts }
 
 // Len returns the number of entries and records added so far, and the data bytes.
 func (b *Builder) Len() (entries, records, dataBytes int) {
-	return int(b.hdr.NumEntries), int(b.hdr.NumRecords), len(b.data)
+	return int(b.hdr.NumEntries), int(b.hdr.NumRecords), b.dataLen()
+}
+
+// dataLen is the number of data bytes added so far.
+func (b *Builder) dataLen() int {
+	if b.dataEnd >= 0 {
+		return b.dataEnd - b.pre
+	}
+	return len(b.buf) - b.pre
+}
+
+// reopen undoes a Finish before more entries are added: the trailer goes again.
+func (b *Builder) reopen() {
+	if b.dataEnd >= 0 {
+		b.buf = b.buf[:b.dataEnd]
+		b.dataEnd = -1
+	}
 }
 
 func (b *Builder) room(records int, size int) error {
 	if b.err != nil {
 		return b.err
 	}
+	if b.pre == 0 {
+		return errors.New("osiris: entry added before Reset")
+	}
 	if b.hdr.NumEntries == math.MaxUint16 || uint64(b.hdr.NumRecords)+uint64(records) > math.MaxUint32 ||
-		uint64(len(b.data))+uint64(size) > math.MaxUint32 {
+		uint64(b.dataLen())+uint64(size) > math.MaxUint32 {
 		return ErrChunkFull
 	}
+	b.reopen()
 	return nil
 }
 
@@ -83,8 +114,8 @@ func (b *Builder) Add(record, filterValue []byte) error {
 	if err := b.room(1, 4+len(record)); err != nil {
 		return err
 	}
-	b.data = binary.BigEndian.AppendUint32(b.data, uint32(len(record)))
-	b.data = append(b.data, record...)
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(record)))
+	b.buf = append(b.buf, record...)
 	b.hdr.NumEntries++
 	b.hdr.NumRecords++
 	b.addFilter(filterValue)
@@ -109,11 +140,11 @@ func (b *Builder) AddSubBatch(compression uint8, records uint16, uncompressedSiz
 	if err := b.room(int(records), 11+len(body)); err != nil {
 		return err
 	}
-	b.data = append(b.data, 0x80|compression<<4)
-	b.data = binary.BigEndian.AppendUint16(b.data, records)
-	b.data = binary.BigEndian.AppendUint32(b.data, uncompressedSize)
-	b.data = binary.BigEndian.AppendUint32(b.data, uint32(len(body)))
-	b.data = append(b.data, body...)
+	b.buf = append(b.buf, 0x80|compression<<4)
+	b.buf = binary.BigEndian.AppendUint16(b.buf, records)
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uncompressedSize)
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(body)))
+	b.buf = append(b.buf, body...)
 	b.hdr.NumEntries++
 	b.hdr.NumRecords += uint32(records)
 	b.addFilter(filterValue)
@@ -144,7 +175,7 @@ func (b *Builder) addFilter(v []byte) {
 
 // Finish completes the chunk and returns it: header, bloom filter (only when some record had a
 // filter value, as osiris writes it), data and trailer. The slice is the Builder's and is valid
-// until the next Reset.
+// until the next Reset, unless Detach hands it over.
 func (b *Builder) Finish() ([]byte, error) {
 	if b.err != nil {
 		return nil, b.err
@@ -152,21 +183,31 @@ func (b *Builder) Finish() ([]byte, error) {
 	if b.hdr.NumEntries == 0 {
 		return nil, fmt.Errorf("osiris: empty chunk")
 	}
-	bloom := b.bloom[:0]
-	if b.filtered {
-		bloom = b.bloom
-	}
 	if uint64(len(b.trailer)) > math.MaxUint32 {
 		return nil, fmt.Errorf("osiris: trailer of %d bytes", len(b.trailer))
 	}
+	b.reopen()
+	data := b.buf[b.pre:]
 	h := b.hdr
-	h.CRC = crc32.ChecksumIEEE(b.data)
-	h.DataLength = uint32(len(b.data))
+	h.CRC = crc32.ChecksumIEEE(data)
+	h.DataLength = uint32(len(data))
 	h.TrailerLength = uint32(len(b.trailer))
-	h.BloomSize = uint8(len(bloom))
-	b.out = h.AppendHeader(b.out[:0])
-	b.out = append(b.out, bloom...)
-	b.out = append(b.out, b.data...)
-	b.out = append(b.out, b.trailer...)
-	return b.out, nil
+	start := b.bloomSize // without a filter value the chunk has no bloom: it starts later
+	if b.filtered {
+		start = 0
+		h.BloomSize = uint8(b.bloomSize)
+		copy(b.buf[HeaderSize:b.pre], b.bloom)
+	}
+	h.AppendHeader(b.buf[start:start])
+	b.dataEnd = len(b.buf)
+	b.buf = append(b.buf, b.trailer...)
+	return b.buf[start:], nil
+}
+
+// Detach gives the buffer of the chunk the last Finish returned to the caller: the Builder will
+// not write to it again, and the next Reset starts a new buffer the size of that chunk. A writer
+// that keeps each chunk (to store it) detaches instead of copying the chunk.
+func (b *Builder) Detach() {
+	b.hint = len(b.buf)
+	b.buf, b.pre, b.dataEnd = nil, 0, -1
 }

@@ -403,3 +403,66 @@ func TestBloomBitsAsOsiris(t *testing.T) {
 		}
 	}
 }
+
+// TestBuilderDetach: a detached chunk is the caller's (building the next chunk leaves it as it
+// was), an entry added after Finish goes into the chunk (Finish again includes it, with the
+// trailer once), and an entry added after Detach without a Reset is refused.
+func TestBuilderDetach(t *testing.T) {
+	var b Builder
+	b.Reset(ChunkUser, 10, 0, 1, 0)
+	if err := b.Add([]byte("first"), []byte("eu")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddTracking(TrackingSequence, []byte("pub"), 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Add([]byte("second"), nil); err != nil {
+		t.Fatal(err)
+	}
+	one, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := append([]byte{}, one...)
+	b.Detach()
+	if err := b.Add([]byte("x"), nil); err == nil {
+		t.Fatal("Add after Detach without Reset accepted")
+	}
+	b.Reset(ChunkUser, 12, 0, 1, 0)
+	for i := 0; i < 50; i++ {
+		if err := b.Add(bytes.Repeat([]byte("y"), 64), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(one, kept) {
+		t.Fatal("the detached chunk changed while the next one was built")
+	}
+	c, rest, err := Parse(one)
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("detached chunk: %v, %d bytes left", err, len(rest))
+	}
+	if c.NumEntries != 2 || c.BloomSize != DefaultBloomSize || c.TrailerLength != uint32(len(c.Trailer)) {
+		t.Fatalf("detached chunk header %+v", c.Header)
+	}
+	var recs []string
+	for d := c.Data; len(d) > 0; {
+		e, next, err := NextEntry(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, d = append(recs, string(e.Data)), next
+	}
+	if len(recs) != 2 || recs[0] != "first" || recs[1] != "second" {
+		t.Fatalf("records %q", recs)
+	}
+	if c2, _, err := Parse(two); err != nil || c2.NumRecords != 50 || c2.BloomSize != 0 {
+		t.Fatalf("next chunk: %v %+v", err, c2.Header)
+	}
+}
