@@ -36,6 +36,7 @@ func (d *DB) GetInto(key, dst []byte) ([]byte, error) {
 	switch {
 	case err == nil:
 		d.noteRead(len(val))
+		d.statReads.Add(1)
 		return val, nil
 	case errors.Is(err, badger.ErrKeyNotFound):
 		return nil, ErrNotFound
@@ -163,6 +164,7 @@ type Stats struct {
 	Batches   uint64 // Commit calls completed
 	Txns      uint64 // badger transactions committed (each one fsync with SyncWrites) — "fsyncs"
 	Ops       uint64 // Set+Delete operations written
+	Reads     uint64 // values read by Get and GetInto
 	LSMBytes  int64  // disk space used by the LSM tree (*.sst and *.mem files)
 	VlogBytes int64  // disk space used by the value log (*.vlog files)
 	// RoundSeconds is the time the group committer took per round (write and fsync);
@@ -173,7 +175,7 @@ type Stats struct {
 // Stats returns the counters. The byte sizes are the blocks allocated on disk (badger preallocates its
 // log files sparsely, so file sizes would overstate them); they are 0 in memory.
 func (d *DB) Stats() Stats {
-	s := Stats{Batches: d.statBatches.Load(), Txns: d.statTxns.Load(), Ops: d.statOps.Load()}
+	s := Stats{Batches: d.statBatches.Load(), Txns: d.statTxns.Load(), Ops: d.statOps.Load(), Reads: d.statReads.Load()}
 	if d.statCommit.roundSeconds != nil {
 		s.RoundSeconds, s.RoundBatches = d.statCommit.roundSeconds.snapshot(), d.statCommit.roundBatches.snapshot()
 	}

@@ -154,6 +154,7 @@ type DB struct {
 	statBatches atomic.Uint64
 	statTxns    atomic.Uint64
 	statOps     atomic.Uint64
+	statReads   atomic.Uint64
 	statCommit  commitStats // histograms of the committer's rounds
 }
 

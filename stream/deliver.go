@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
@@ -96,8 +97,15 @@ func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err err
 			l.readBufs.Put(&dst) // served from memory: the buffer waits for the next read
 		}
 		if len(b) > 0 && b[0] == chunkVersion || len(b) > flagByte && b[flagByte]&flagNative != 0 {
-			entries, err := l.entries(&ci)
-			dc.Release() // entries keeps no part of b: the cache holds its own copy
+			entries := l.cache.entries(ci.first)
+			if entries == nil {
+				eb := b
+				if read {
+					eb = bytes.Clone(b) // the entries alias their bytes: not a pooled buffer
+				}
+				entries, err = l.decodeAndCache(&ci, eb)
+			}
+			dc.Release()
 			if err != nil {
 				return dc, false, err
 			}

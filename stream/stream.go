@@ -609,6 +609,12 @@ func (l *Log) entries(ci *chunkInfo) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.decodeAndCache(ci, b)
+}
+
+// decodeAndCache decodes chunk ci's stored bytes b and caches both. The entries alias b, so b
+// must not be modified or reused afterwards.
+func (l *Log) decodeAndCache(ci *chunkInfo, b []byte) ([]Entry, error) {
 	entries, m, err := decodeChunk(b, l.opts.Name)
 	if err == nil && (m.first != ci.first || m.count != ci.count) {
 		err = fmt.Errorf("%w: header says first %d count %d, index says first %d count %d",

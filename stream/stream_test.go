@@ -995,3 +995,36 @@ func TestDeliveryChunksReuseReleasedBuffers(t *testing.T) {
 		t.Errorf("%d reads allocated %d bytes each; want under half a chunk (%d): buffers are not reused", n, per, chunkBytes/2)
 	}
 }
+
+// A chunk of AMQP 0-9-1 records is converted for a stream-protocol delivery from one storage
+// read (it was read twice: once for the delivery, once to decode it), and the decoded entries are
+// cached, so reading it again reads nothing.
+func TestNativeChunkReadOnceForDelivery(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	l := openLog(t, db, 1, Options{})
+	recs := make([]Record, 10)
+	for i := range recs {
+		recs[i] = Record{Exchange: "ex", RoutingKey: "k", Props: []byte{0, 0}, Body: []byte(fmt.Sprintf("body-%d", i))}
+	}
+	appendSync(t, l, recs...)
+	l.cache.clear()
+	for round, wantReads := range []uint64{1, 0} {
+		before := db.Stats().Reads
+		dc, ok, err := l.ReadDeliveryChunk(0)
+		if err != nil || !ok || !dc.Converted {
+			t.Fatalf("round %d: ReadDeliveryChunk: ok %v, converted %v, %v", round, ok, dc.Converted, err)
+		}
+		if got := db.Stats().Reads - before; got != wantReads {
+			t.Errorf("round %d: %d storage reads, want %d", round, got, wantReads)
+		}
+		if dc.First != 0 || dc.Next != 10 || dc.Header.NumRecords != 10 {
+			t.Fatalf("round %d: chunk %d..%d with %d records", round, dc.First, dc.Next, dc.Header.NumRecords)
+		}
+		for i := range recs {
+			if !bytes.Contains(dc.Data(), recs[i].Body) {
+				t.Fatalf("round %d: converted chunk lacks %q", round, recs[i].Body)
+			}
+		}
+		dc.Release()
+	}
+}
