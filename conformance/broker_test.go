@@ -32,8 +32,40 @@ type env struct {
 
 var testEnv env
 
+// envOrphanProbe makes the test binary the parent of TestChildrenDieWithTheHarness instead of
+// running the tests.
+const envOrphanProbe = "WARREN_CONFORMANCE_ORPHAN_PROBE"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envOrphanProbe) != "" {
+		os.Exit(orphanProbe())
+	}
 	os.Exit(runMain(m))
+}
+
+// startChild starts a process the tests own (a broker, a client driver, Prometheus). The kernel
+// kills it when the test binary dies (Pdeathsig), so an interrupted or timed-out run leaves no
+// broker behind holding its ports and data directory. Pdeathsig follows the thread that started
+// the child; Go keeps its threads unless a goroutine exits while locked to one, which these tests
+// never do.
+func startChild(cmd *exec.Cmd) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return cmd.Start()
+}
+
+// orphanProbe starts a long sleep with startChild, prints its pid and waits to be killed.
+func orphanProbe() int {
+	cmd := exec.Command("sleep", "300")
+	if err := startChild(cmd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(cmd.Process.Pid)
+	time.Sleep(time.Hour)
+	return 0
 }
 
 func runMain(m *testing.M) int {
@@ -198,7 +230,7 @@ func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 		b.cmd = exec.Command(bin, args...)
 		b.cmd.Stdout = b.out
 		b.cmd.Stderr = b.out
-		if err := b.cmd.Start(); err != nil {
+		if err := startChild(b.cmd); err != nil {
 			return nil, fmt.Errorf("start %s: %w", bin, err)
 		}
 		go func() {

@@ -192,7 +192,7 @@ func (nd *clusterNode) launch() {
 	b.cmd = nd.command(context.Background(), nd.args()...)
 	b.cmd.Stdout = b.out
 	b.cmd.Stderr = b.out
-	if err := b.cmd.Start(); err != nil {
+	if err := startChild(b.cmd); err != nil {
 		nd.t.Fatalf("node %s: start %s: %v", nd.ID, testEnv.bin, err)
 	}
 	go func() {

@@ -245,7 +245,7 @@ func serveToExit(t testing.TB, dataDir string, d time.Duration) (int, string) {
 	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", dataDir)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		t.Fatalf("start %s: %v", testEnv.bin, err)
 	}
 	done := make(chan error, 1)

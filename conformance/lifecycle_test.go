@@ -3,8 +3,10 @@ package conformance
 // The warren process itself: signals, exit status, the version command, bind failures.
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -96,7 +98,7 @@ func TestServeAddressInUse(t *testing.T) {
 	cmd := exec.Command(testEnv.bin, "serve", "--amqp-listen", addr, "--http-listen", "", "--prometheus-listen", "", "--stream-listen", "", "--data-dir", t.TempDir())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -134,7 +136,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	b.cmd.Env = append(os.Environ(),
 		"WARREN_AMQP_LISTEN="+b.Addr, "WARREN_DATA_DIR="+dataDir, "WARREN_LOG_LEVEL=debug", "WARREN_PROMETHEUS_LISTEN=127.0.0.1:0")
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
-	if err := b.cmd.Start(); err != nil {
+	if err := startChild(b.cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() { b.waitErr = b.cmd.Wait(); close(b.done) }()
@@ -149,5 +151,54 @@ func TestServeFromEnvironment(t *testing.T) {
 	dial(t, b.URL)
 	if fi, err := os.Stat(dataDir); err != nil || !fi.IsDir() {
 		t.Errorf("data dir %s not created: %v", dataDir, err)
+	}
+}
+
+// TestChildrenDieWithTheHarness: a process started with startChild (every broker the tests run)
+// is killed by the kernel when the test binary is SIGKILLed, e.g. by `go test -timeout` or an
+// interrupted CI job, instead of living on with its ports and data directory.
+func TestChildrenDieWithTheHarness(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := exec.Command(self)
+	probe.Env = append(os.Environ(), envOrphanProbe+"=1")
+	out, err := probe.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Stderr = os.Stderr
+	if err := probe.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = probe.Process.Kill()
+		_ = probe.Wait()
+		t.Fatalf("probe printed no child pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("probe printed %q", line)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	_ = probe.Process.Kill()
+	_ = probe.Wait()
+	// Gone, or a zombie waiting for whoever adopted it to reap it.
+	gone := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		return i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !gone() {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d still runs 5 s after its parent was killed", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -118,7 +118,7 @@ scrape_configs:
 	prom := exec.Command(promBin, "--config.file", filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path", filepath.Join(dir, "data"), "--web.listen-address", promAddr)
 	prom.Stdout, prom.Stderr = &promOut, &promOut
-	if err := prom.Start(); err != nil {
+	if err := startChild(prom); err != nil {
 		t.Fatal(err)
 	}
 	promDone := make(chan error, 1)

@@ -472,7 +472,7 @@ func startAdminDriver(t *testing.T) *adminDriver {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		t.Skipf("cannot run python3: %v", err)
 	}
 	d := &adminDriver{cmd: cmd, in: in, out: bufio.NewReader(outp)}
