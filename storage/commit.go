@@ -303,6 +303,14 @@ func (d *DB) commitRound(round []pending, errs []error) []error {
 	for i := range round {
 		errs = append(errs, round[i].err)
 	}
+	if err := d.syncFailed(); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
 	w := &txnWriter{d: d, errs: errs, firstBat: -1}
 	for i := range round {
 		p := &round[i]
@@ -384,6 +392,10 @@ func (w *txnWriter) flush(lastBat int) {
 		return
 	}
 	w.d.statTxns.Add(1)
+	if err := w.d.syncFailed(); err != nil {
+		// badger reported the transaction written although the value log's fsync failed.
+		w.fail(w.firstBat, lastBat, err)
+	}
 }
 
 func (w *txnWriter) fail(from, to int, err error) {

@@ -147,6 +147,9 @@ func (d *DB) DeleteRange(prefix []byte) (int, error) {
 	if err == nil {
 		err = wb.Flush()
 	}
+	if err == nil {
+		err = d.syncFailed()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("storage: delete range %x: %w", prefix, err)
 	}

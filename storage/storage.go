@@ -38,6 +38,11 @@ var (
 	ErrCorrupt = errors.New("storage: stored value is damaged")
 	// ErrClosed is returned (or passed to done callbacks) after Close.
 	ErrClosed = errors.New("storage: closed")
+	// ErrSyncFailed means the disk failed to make a write durable (an fsync of the value log returned
+	// an error: an I/O error, or a thin-provisioned volume out of room). After a failed fsync the
+	// kernel may already have dropped the unwritten pages, so no later write can be trusted either:
+	// every write is refused until the process restarts.
+	ErrSyncFailed = errors.New("storage: the disk failed to make a write durable; writes are refused until restart")
 )
 
 const (
@@ -150,6 +155,10 @@ type DB struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// syncFailure is set (once, never cleared) when badger reports that an fsync of the value log
+	// failed; see noteSyncFailure.
+	syncFailure atomic.Pointer[error]
 
 	statBatches atomic.Uint64
 	statTxns    atomic.Uint64
@@ -283,7 +292,7 @@ func Open(opts Options) (*DB, error) {
 func (d *DB) badgerOptions() badger.Options {
 	o := d.opts
 	bo := badger.DefaultOptions(d.dir).
-		WithLogger(badgerLogger{l: d.log.With("component", "badger")}).
+		WithLogger(badgerLogger{l: d.log.With("component", "badger"), syncFailed: d.noteSyncFailure}).
 		WithSyncWrites(!o.NoSync).
 		WithMemTableSize(o.memTableSize).
 		WithNumMemtables(defaultNumMemtables).
@@ -491,7 +500,17 @@ func syncDir(dir string) error {
 }
 
 // badgerLogger sends badger's log lines to slog: Infof at Debug, Warningf at Warn, Errorf at Error.
-type badgerLogger struct{ l *slog.Logger }
+// It also catches the one failure badger only logs: with SyncWrites, an fsync error of the value log
+// (value.go, "Error while curlf sync: ...") is logged and the write still reported as successful,
+// which would confirm messages whose bodies never reached the disk.
+type badgerLogger struct {
+	l          *slog.Logger
+	syncFailed func(msg string)
+}
+
+// vlogSyncErrorPrefix starts the message badger (v4.9.6, valueLog.write) logs when the value log's
+// fsync after a write fails. TestValueLogSyncFailureRefusesWrites fails if it changes.
+const vlogSyncErrorPrefix = "Error while curlf sync"
 
 func (b badgerLogger) logf(level slog.Level, format string, args []any) {
 	if !b.l.Enabled(context.Background(), level) {
@@ -500,7 +519,40 @@ func (b badgerLogger) logf(level slog.Level, format string, args []any) {
 	b.l.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
-func (b badgerLogger) Errorf(f string, a ...any)   { b.logf(slog.LevelError, f, a) }
+func (b badgerLogger) Errorf(f string, a ...any) {
+	if b.syncFailed != nil && strings.HasPrefix(f, vlogSyncErrorPrefix) {
+		b.syncFailed(strings.TrimSpace(fmt.Sprintf(f, a...)))
+	}
+	b.logf(slog.LevelError, f, a)
+}
+
+// noteSyncFailure records a failed fsync of the value log. It runs on badger's write goroutine
+// before the write's transaction returns, so the commit that wrote it sees the failure (commit.go).
+func (d *DB) noteSyncFailure(msg string) {
+	err := fmt.Errorf("%w (%s)", ErrSyncFailed, msg)
+	if d.syncFailure.CompareAndSwap(nil, &err) {
+		d.log.Error("storage: the disk failed to make a write durable; every write is refused until "+
+			"restart (check the disk or volume of the data directory)", "dir", d.dir, "err", msg)
+	}
+}
+
+// WriteFailure returns the error that made the DB refuse every write (an ErrSyncFailed), or nil.
+// The server polls it for the disk alarm, so publishers are blocked rather than refused one by one.
+func (d *DB) WriteFailure() error {
+	if d == nil {
+		return nil
+	}
+	return d.syncFailed()
+}
+
+// syncFailed returns the recorded fsync failure (an ErrSyncFailed), or nil.
+func (d *DB) syncFailed() error {
+	if p := d.syncFailure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 func (b badgerLogger) Warningf(f string, a ...any) { b.logf(slog.LevelWarn, f, a) }
 func (b badgerLogger) Infof(f string, a ...any)    { b.logf(slog.LevelDebug, f, a) }
 func (b badgerLogger) Debugf(f string, a ...any)   { b.logf(slog.LevelDebug-4, f, a) }

@@ -17,7 +17,8 @@ import (
 // read until the alarm clears, while consumers keep working. This is RabbitMQ's flow control.
 //
 // The disk alarm is raised below diskLimit and also, whatever diskLimit says (0 included), while the
-// storage engine refuses writes because it is down to the reserve it keeps (storage/space.go).
+// storage engine refuses writes because it is down to the reserve it keeps (storage/space.go), and
+// for good once the disk failed to make a write durable (storage.ErrSyncFailed: until restart).
 type Alarms struct {
 	dataDir string
 	log     logger
@@ -40,6 +41,7 @@ type Alarms struct {
 type spaceReporter interface {
 	SpaceLow() bool
 	Space() storage.Space
+	WriteFailure() error
 }
 
 // logger is the slice of slog.Logger alarms need.
@@ -96,11 +98,15 @@ func (a *Alarms) check() {
 		free = int64(st.Bavail) * int64(st.Bsize)
 	}
 	storeLow := a.store != nil && a.store.SpaceLow()
+	var writeFailure error
+	if a.store != nil {
+		writeFailure = a.store.WriteFailure()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rss, a.free = rss, free
 	mem := a.memLimit > 0 && rss > a.memLimit
-	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit || storeLow
+	disk := a.diskLimit > 0 && free >= 0 && free < a.diskLimit || storeLow || writeFailure != nil
 	if mem != a.memory {
 		if mem {
 			a.log.Warn("memory alarm raised: publishers are blocked", "rss", rss, "limit", a.memLimit)
@@ -110,6 +116,8 @@ func (a *Alarms) check() {
 	}
 	if disk != a.disk {
 		switch {
+		case disk && writeFailure != nil:
+			a.log.Warn("disk alarm raised: publishers are blocked until restart", "reason", writeFailure.Error(), "dir", a.dataDir)
 		case disk && storeLow:
 			sp := a.store.Space()
 			a.log.Warn("disk alarm raised: publishers are blocked", "reason", "storage is down to its disk space reserve",
