@@ -388,6 +388,11 @@ func (w *txnWriter) flush(lastBat int) {
 		return
 	}
 	if err := txn.Commit(); err != nil {
+		if writePathFailure(err) {
+			// An I/O error writing or syncing the write-ahead log: like a failed value-log
+			// fsync, it may leave a hole that recovery stops at, so nothing later is trusted.
+			w.d.noteSyncFailure(err.Error())
+		}
 		w.fail(w.firstBat, lastBat, fmt.Errorf("storage: commit: %w", err))
 		return
 	}
@@ -396,6 +401,18 @@ func (w *txnWriter) flush(lastBat int) {
 		// badger reported the transaction written although the value log's fsync failed.
 		w.fail(w.firstBat, lastBat, err)
 	}
+}
+
+// writePathFailure tells an error of badger's write path (an I/O error writing or syncing its logs,
+// which badger flattens into text) from the refusals it returns before writing anything.
+func writePathFailure(err error) bool {
+	for _, refused := range []error{badger.ErrConflict, badger.ErrTxnTooBig, badger.ErrDBClosed,
+		badger.ErrBlockedWrites, badger.ErrEmptyKey, badger.ErrInvalidKey, badger.ErrBannedKey} {
+		if errors.Is(err, refused) {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *txnWriter) fail(from, to int, err error) {

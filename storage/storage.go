@@ -526,8 +526,9 @@ func (b badgerLogger) Errorf(f string, a ...any) {
 	b.logf(slog.LevelError, f, a)
 }
 
-// noteSyncFailure records a failed fsync of the value log. It runs on badger's write goroutine
-// before the write's transaction returns, so the commit that wrote it sees the failure (commit.go).
+// noteSyncFailure records a failed write or fsync of badger's logs: a failed fsync of the value log
+// (reported by its log line, on badger's write goroutine before the write's transaction returns, so
+// the commit that wrote it sees the failure) or an I/O error a commit returned (commit.go).
 func (d *DB) noteSyncFailure(msg string) {
 	err := fmt.Errorf("%w (%s)", ErrSyncFailed, msg)
 	if d.syncFailure.CompareAndSwap(nil, &err) {
