@@ -98,6 +98,7 @@ type Options struct {
 	deleteRoom       int64         // reserve - floor (default 16 MiB)
 	ballastSize      int64         // default 32 MiB; <0 = no ballast
 	maintainEvery    time.Duration // maintenance tick (default 1 s; reclaim.go)
+	failedCloseWait  time.Duration // how long Close waits for badger after a write failure (default 30 s)
 }
 
 // DB is the node's storage engine. All methods are safe for concurrent use.
@@ -337,13 +338,40 @@ func (d *DB) Close() error {
 		<-d.gcEnd
 		d.closeMu.Lock()
 		d.dbClosed = true
-		if err := d.bdb.Close(); err != nil {
+		if err := d.closeBadger(); err != nil {
 			d.closeErr = fmt.Errorf("storage: close badger in %s: %w", d.dir, err)
 		}
 		d.closeMu.Unlock()
 		d.unlock()
 	})
 	return d.closeErr
+}
+
+// closeBadger closes badger. Its Close flushes the memtable to a table file and retries a failed
+// flush every second, forever; after a write failure (ErrSyncFailed) the disk may never take it, so
+// then Close waits at most failedCloseWait and returns the failure, leaving badger's goroutines to the
+// process's exit: a broker told to stop on a failed disk stops.
+func (d *DB) closeBadger() error {
+	failure := d.syncFailed()
+	if failure == nil {
+		return d.bdb.Close()
+	}
+	wait := d.opts.failedCloseWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.bdb.Close() }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		d.log.Error("storage: gave up closing the store: the disk failed writes and still refuses the memtable flush; "+
+			"what was not confirmed before the failure may be lost", "waited", wait, "dir", d.dir)
+		return fmt.Errorf("%w; the memtable flush still failed after %v", failure, wait)
+	}
 }
 
 // readLock takes closeMu shared for a read; it fails with ErrClosed once Close was called.

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	case "lock":
 		lockChild(os.Getenv("WARREN_STORAGE_TEST_DIR"))
 		return
+	case "syncfail":
+		syncFailChild(os.Getenv("WARREN_STORAGE_TEST_DIR"))
+		return
 	}
 	goleak.VerifyTestMain(m)
 }
