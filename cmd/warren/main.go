@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -431,6 +430,9 @@ type shutdowner interface {
 	Shutdown(ctx context.Context) error
 }
 
+// gcHeapFloor is the least the heap may grow between two collections (gctune.go).
+const gcHeapFloor = 64 << 20
+
 // serve runs a broker with cfg until SIGTERM or SIGINT (or ctx ends), then shuts it down:
 // the listener stops, clients get connection.close 320, and serve returns nil once every
 // connection has ended, or an error if that takes longer than shutdownTimeout.
@@ -439,8 +441,9 @@ func serve(ctx context.Context, cfg server.Config, ls listeners) error {
 	if os.Getenv("GOGC") == "" {
 		// A broker's heap is mostly long-lived indexes and buffers: collecting at +50% instead of
 		// +100% keeps RSS well inside its budget (a 1M-message backlog drains at 221 MB instead of
-		// 304 MB) for a few percent of CPU. GOGC in the environment still wins.
-		debug.SetGCPercent(50)
+		// 304 MB) for a few percent of CPU; but a small heap gets at least gcHeapFloor of room
+		// (gctune.go). GOGC in the environment still wins.
+		defer startGCTuner(50, gcHeapFloor).stop()
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
