@@ -71,3 +71,24 @@ func TestGCTunerGivesSmallHeapsRoom(t *testing.T) {
 		t.Fatalf("after stop, with a small heap again, GOGC is %d; want the base, 50", p)
 	}
 }
+
+// TestGCTunerPercent checks the GOGC chosen for live heaps of every size: the cap for a nearly
+// empty heap, the floor's room for a small one, the base once half the heap is more than the floor.
+func TestGCTunerPercent(t *testing.T) {
+	tuner := &gcTuner{basePercent: 50, floorBytes: 64 << 20}
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 50},         // unknown
+		{1 << 20, 1000}, // the floor would be 6,400%: capped
+		{16 << 20, 400}, // 64 MiB of room
+		{100 << 20, 64}, // 64 MiB of room
+		{128 << 20, 50}, // half the heap is the floor
+		{1 << 30, 50},   // half the heap is more
+	} {
+		if got := tuner.percentFor(c.live); got != c.want {
+			t.Errorf("live %d MiB: GOGC %d, want %d", c.live>>20, got, c.want)
+		}
+	}
+}
