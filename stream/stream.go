@@ -59,6 +59,7 @@ const (
 	defaultQueueBytes      = 16 << 20
 	maxChunksPerBatch      = 16
 	writerInflight         = 1
+	lateTakeBytes          = 1 << 20 // see writeSome
 )
 
 // Record is one message in a stream.

@@ -1028,3 +1028,70 @@ func TestNativeChunkReadOnceForDelivery(t *testing.T) {
 		dc.Release()
 	}
 }
+
+// A publisher that keeps a window of unconfirmed messages sends its next ones as the confirms of
+// a commit arrive: appends that arrive while a batch commits go into the next batch, not the one
+// after it, so they are confirmed one commit later, not two.
+func TestAppendsDuringACommitJoinTheNextBatch(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	l := openLog(t, db, 1, Options{})
+	// Hold the committer: it runs callbacks on its own goroutine.
+	release := make(chan struct{})
+	var hold storage.Batch
+	hold.Set([]byte("hold"), []byte{1})
+	held := make(chan struct{})
+	db.Commit(&hold, func(error) { close(held); <-release })
+	<-held
+
+	results := make(chan uint64, 4)
+	appendOne := func(i int) {
+		l.Append([]Record{rec(i)}, func(first uint64, err error) {
+			if err != nil {
+				t.Errorf("Append %d: %v", i, err)
+			}
+			results <- first
+		})
+	}
+	queued := func() int {
+		l.qmu.Lock()
+		defer l.qmu.Unlock()
+		return len(l.queue)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	appendOne(0) // batch 1: submitted, waits for the committer
+	waitFor("batch 1 to be submitted", func() bool { return l.Written() == 1 })
+	appendOne(1) // built into batch 2 while batch 1 is in flight
+	waitFor("the writer to take append 1", func() bool { return queued() == 0 })
+	appendOne(2) // arrive while batch 1 commits
+	appendOne(3)
+	close(release)
+	for range 4 {
+		select {
+		case <-results:
+		case <-time.After(10 * time.Second):
+			t.Fatal("appends not confirmed")
+		}
+	}
+	l.mu.RLock()
+	var firsts []uint64
+	for _, c := range l.chunks {
+		firsts = append(firsts, c.first)
+	}
+	l.mu.RUnlock()
+	if len(firsts) != 2 || firsts[0] != 0 || firsts[1] != 1 {
+		t.Fatalf("chunks start at %v, want [0 1]: the appends that arrived during the first commit went into a third batch", firsts)
+	}
+	es := readAll(t, l, 0)
+	for i := range 4 {
+		checkEntry(t, es[i], uint64(i), i)
+	}
+}

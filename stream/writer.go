@@ -64,7 +64,7 @@ func (l *Log) run() {
 		}
 	}()
 	stopping := false
-	var reqs []appendReq
+	var buf []appendReq // reused between rounds; swapped with l.queue
 	for {
 		if !stopping {
 			select {
@@ -81,22 +81,19 @@ func (l *Log) run() {
 			}
 		}
 		l.qmu.Lock()
-		reqs, l.queue = l.queue, reqs[:0]
+		reqs := l.queue
+		l.queue, buf = buf[:0], nil
 		l.queueBytes = 0
 		l.qspace.Broadcast()
 		l.qmu.Unlock()
-		if len(reqs) == 0 {
-			if stopping {
-				return
-			}
-			continue
+		for from := 0; from < len(reqs); {
+			reqs, from = l.writeSome(reqs, from)
 		}
-		for len(reqs) > 0 {
-			n := l.writeSome(reqs)
-			reqs = reqs[n:]
+		clear(reqs)
+		buf = reqs[:0]
+		if len(reqs) == 0 && stopping {
+			return
 		}
-		clear(reqs[:cap(reqs)])
-		reqs = reqs[:0]
 	}
 }
 
@@ -122,10 +119,35 @@ type staged struct {
 	trailer []byte
 }
 
-// writeSome turns the appends of reqs that fit in maxChunksPerBatch chunks (at least one request)
-// into chunks, puts them in the index and submits them as one storage batch. It returns how many
-// requests it handled.
-func (l *Log) writeSome(reqs []appendReq) int {
+// takeQueued appends the queued appends to dst and empties the queue.
+func (l *Log) takeQueued(dst []appendReq) []appendReq {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	if len(l.queue) == 0 {
+		return dst
+	}
+	dst = append(dst, l.queue...)
+	clear(l.queue)
+	l.queue = l.queue[:0]
+	l.queueBytes = 0
+	l.qspace.Broadcast()
+	return dst
+}
+
+// writeSome turns the appends of reqs[from:] that fit in maxChunksPerBatch chunks (at least one
+// request) into chunks, puts them in the index and submits them as one storage batch. It returns
+// reqs, with the appends it took from the queue added, and the index of the first request it did
+// not handle.
+//
+// The writer keeps one storage batch in flight (writeSem): it builds the next batch while the
+// previous one commits, and once that commit is done it takes what was appended meanwhile into
+// the same batch before submitting it, when the batch is small (under lateTakeBytes). Without that
+// second look an append that arrives during a commit would wait for two more (the batch already
+// built, then its own), and a publisher with a window of unconfirmed messages would see its
+// confirms spread over three commits instead of two. A large batch is submitted as built: under a
+// heavy load the commit time is spent writing, not waiting for the disk, and building the late
+// appends while the committer idles would only make the rounds longer.
+func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	l.mu.RLock()
@@ -136,12 +158,12 @@ func (l *Log) writeSome(reqs []appendReq) int {
 		if failed != nil {
 			err = failed
 		}
-		for i := range reqs {
-			if reqs[i].done != nil {
-				reqs[i].done(0, err)
+		for i := range reqs[from:] {
+			if d := reqs[from+i].done; d != nil {
+				d(0, err)
 			}
 		}
-		return len(reqs)
+		return reqs, len(reqs)
 	}
 
 	var (
@@ -154,7 +176,7 @@ func (l *Log) writeSome(reqs []appendReq) int {
 		curSize int
 		curRecs int
 		off     = base
-		nreq    int
+		nreq    = from
 		dones   []pendingDone
 	)
 	flush := func() error {
@@ -184,72 +206,99 @@ func (l *Log) writeSome(reqs []appendReq) int {
 	}
 	var buildErr error
 	var gapped []appendReq
-	for nreq < len(reqs) && len(chunks) < maxChunksPerBatch && buildErr == nil {
-		r := &reqs[nreq]
-		if gapAt(r.recs, seen) {
-			gapped = append(gapped, *r)
-			nreq++
-			continue
-		}
-		first, kept := off, 0
-		var waitFor uint64 // a duplicate's original chunk must be committed first
-		for i := range r.recs {
-			rec := &r.recs[i]
-			dup := false
-			if rec.PublisherID != "" {
-				if e, d := seen(rec.PublisherID, rec.PublishingID); d {
-					dup, waitFor = true, max(waitFor, e.chunk+1)
-				}
-			}
-			if rec.WriterID != "" {
-				if e, d := seen(rec.WriterID, rec.WriterSeq); d {
-					dup, waitFor = true, max(waitFor, e.chunk+1)
-				}
-			}
-			if dup {
+	held := false // a writeSem token is held for this batch
+	build := func() {
+		for nreq < len(reqs) && len(chunks) < maxChunksPerBatch && buildErr == nil {
+			r := &reqs[nreq]
+			if gapAt(r.recs, seen) {
+				gapped = append(gapped, *r)
+				nreq++
 				continue
 			}
-			sz := nativeRecordSize(rec) + len(rec.Raw) + 4
-			if open && (curRecs >= l.opts.ChunkMaxRecords || curSize+sz > l.opts.ChunkMaxBytes) {
-				if buildErr = flush(); buildErr != nil {
+			first, kept := off, 0
+			var waitFor uint64 // a duplicate's original chunk must be committed first
+			for i := range r.recs {
+				rec := &r.recs[i]
+				dup := false
+				if rec.PublisherID != "" {
+					if e, d := seen(rec.PublisherID, rec.PublishingID); d {
+						dup, waitFor = true, max(waitFor, e.chunk+1)
+					}
+				}
+				if rec.WriterID != "" {
+					if e, d := seen(rec.WriterID, rec.WriterSeq); d {
+						dup, waitFor = true, max(waitFor, e.chunk+1)
+					}
+				}
+				if dup {
+					continue
+				}
+				sz := nativeRecordSize(rec) + len(rec.Raw) + 4
+				if open && (curRecs >= l.opts.ChunkMaxRecords || curSize+sz > l.opts.ChunkMaxBytes) {
+					if buildErr = flush(); buildErr != nil {
+						break
+					}
+				}
+				ts := rec.Timestamp
+				if ts == 0 {
+					ts = r.ts
+				}
+				if !open {
+					cbFirst, cbTs = off, ts
+					cb.reset(cbFirst, cbTs, epoch)
+					open, curSize, curRecs = true, osiris.HeaderSize, 0
+				} else if ts > cbTs {
+					cbTs = ts
+					cb.b.SetTimestamp(ts)
+				}
+				if buildErr = cb.add(rec); buildErr != nil {
 					break
 				}
+				if rec.PublisherID != "" {
+					overlay.note(rec.PublisherID, rec.PublishingID, cbFirst)
+				}
+				if rec.WriterID != "" {
+					overlay.note(rec.WriterID, rec.WriterSeq, cbFirst)
+				}
+				n := recordCount(rec)
+				curSize += sz
+				curRecs += n
+				off += uint64(n)
+				kept++
 			}
-			ts := rec.Timestamp
-			if ts == 0 {
-				ts = r.ts
+			end := max(off, waitFor)
+			if kept == 0 {
+				end = waitFor
 			}
-			if !open {
-				cbFirst, cbTs = off, ts
-				cb.reset(cbFirst, cbTs, epoch)
-				open, curSize, curRecs = true, osiris.HeaderSize, 0
-			} else if ts > cbTs {
-				cbTs = ts
-				cb.b.SetTimestamp(ts)
-			}
-			if buildErr = cb.add(rec); buildErr != nil {
-				break
-			}
-			if rec.PublisherID != "" {
-				overlay.note(rec.PublisherID, rec.PublishingID, cbFirst)
-			}
-			if rec.WriterID != "" {
-				overlay.note(rec.WriterID, rec.WriterSeq, cbFirst)
-			}
-			n := recordCount(rec)
-			curSize += sz
-			curRecs += n
-			off += uint64(n)
-			kept++
+			dones = append(dones, pendingDone{end: end, first: first, done: r.done})
+			nreq++
 		}
-		end := max(off, waitFor)
-		if kept == 0 {
-			end = waitFor
-		}
-		dones = append(dones, pendingDone{end: end, first: first, done: r.done})
-		nreq++
 	}
+	build()
 	l.mu.RUnlock()
+	if buildErr == nil && (open || len(chunks) > 0) {
+		// Wait for the batch in flight, then add what arrived while it committed.
+		l.writeSem <- struct{}{}
+		held = true
+		built := curSize
+		for i := range chunks {
+			built += int(chunks[i].info.size)
+		}
+		if len(chunks) < maxChunksPerBatch && built < lateTakeBytes {
+			reqs = l.takeQueued(reqs)
+			if len(reqs) > nreq {
+				l.mu.RLock()
+				build()
+				l.mu.RUnlock()
+			}
+		}
+	}
+	release := func() {
+		if held {
+			<-l.writeSem
+			held = false
+		}
+	}
 	for _, g := range gapped {
 		if g.done != nil {
 			g.done(0, ErrGap)
@@ -261,51 +310,57 @@ func (l *Log) writeSome(reqs []appendReq) int {
 	if buildErr != nil {
 		err := fmt.Errorf("stream %d: build chunk at offset %d: %w", l.id, base, buildErr)
 		l.log.Error("stream write failed", "stream_id", l.id, "err", err)
-		for i := range reqs[:nreq] {
-			if reqs[i].done != nil {
-				reqs[i].done(0, err)
+		release()
+		for i := range reqs[from:nreq] {
+			if d := reqs[from+i].done; d != nil {
+				d(0, err)
 			}
 		}
-		return nreq
+		return reqs, nreq
 	}
-	if err := l.commitStaged(chunks, dones, true); err != nil {
-		for i := range reqs[:nreq] {
-			if reqs[i].done != nil {
-				reqs[i].done(0, err)
+	var onCommit func()
+	if held {
+		onCommit = func() { <-l.writeSem }
+	}
+	submitted, err := l.commitStagedIf(chunks, dones, true, 0, onCommit)
+	if !submitted {
+		release()
+	}
+	if err != nil {
+		for i := range reqs[from:nreq] {
+			if d := reqs[from+i].done; d != nil {
+				d(0, err)
 			}
 		}
 	}
-	return nreq
+	return reqs, nreq
 }
 
-// commitStagedFenced is commitStaged for a follower's chunks of the leader of epoch.
+// commitStagedFenced is commitStagedIf for a follower's chunks of the leader of epoch.
 func (l *Log) commitStagedFenced(chunks []staged, epoch uint64) error {
-	return l.commitStagedIf(chunks, nil, false, epoch)
+	_, err := l.commitStagedIf(chunks, nil, false, epoch, nil)
+	return err
 }
 
-// commitStaged puts chunks (contiguous from written) in the index and the cache, submits them
+// commitStagedIf puts chunks (contiguous from written) in the index and the cache, submits them
 // and their index records as one storage batch, and queues dones for the commit. assignSegs says
 // whether this replica numbers segments (the writer) or the chunks carry the leader's numbers.
-// wmu is held.
-func (l *Log) commitStaged(chunks []staged, dones []pendingDone, assignSegs bool) error {
-	return l.commitStagedIf(chunks, dones, assignSegs, 0)
-}
-
-// commitStagedIf is commitStaged that refuses (ErrFenced) when epoch > 0 is below the fence.
-func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bool, epoch uint64) error {
+// It refuses (ErrFenced) when epoch > 0 is below the fence. wmu is held. onCommit (may be nil) runs first in the storage callback; submitted says whether the batch
+// went to storage (then onCommit will run).
+func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bool, epoch uint64, onCommit func()) (submitted bool, err error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrClosed
+		return false, ErrClosed
 	}
 	if epoch > 0 && epoch < l.fence {
 		l.mu.Unlock()
-		return ErrFenced
+		return false, ErrFenced
 	}
 	if l.failed != nil {
 		err := l.failed
 		l.mu.Unlock()
-		return err
+		return false, err
 	}
 	readBefore, writtenBefore := l.readableLocked(), l.written
 	var lastSeg segInfo
@@ -319,7 +374,7 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 		ci := &st.info
 		if ci.first != end {
 			l.mu.Unlock()
-			return fmt.Errorf("stream %d: chunk at offset %d does not follow the log's end %d", l.id, ci.first, end)
+			return false, fmt.Errorf("stream %d: chunk at offset %d does not follow the log's end %d", l.id, ci.first, end)
 		}
 		if epoch > 0 {
 			// A follower holds a chunk of an epoch only after that epoch's start marker.
@@ -329,7 +384,7 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 			}
 			if ci.epoch > last {
 				l.mu.Unlock()
-				return fmt.Errorf("stream %d: chunk at offset %d of epoch %d arrived before that epoch's start (last epoch %d)", l.id, ci.first, ci.epoch, last)
+				return false, fmt.Errorf("stream %d: chunk at offset %d of epoch %d arrived before that epoch's start (last epoch %d)", l.id, ci.first, ci.epoch, last)
 			}
 		}
 		if assignSegs {
@@ -367,24 +422,19 @@ func (l *Log) commitStagedIf(chunks []staged, dones []pendingDone, assignSegs bo
 	}
 	runDone(due, nil)
 	if len(chunks) == 0 {
-		return nil
-	}
-	if assignSegs {
-		// The writer keeps one batch in flight: what is appended meanwhile becomes the next
-		// batch's chunks, so chunks grow with the load instead of splitting it.
-		l.writeSem <- struct{}{}
+		return false, nil
 	}
 	l.async.Add(1)
 	l.chunkWrites.Add(1)
 	l.db.Commit(&b, func(err error) {
 		defer l.async.Done()
 		defer l.chunkWrites.Done()
-		if assignSegs {
-			<-l.writeSem // first: stored may apply retention, which waits for the writer
+		if onCommit != nil {
+			onCommit() // first: stored may apply retention, which waits for the writer
 		}
 		l.stored(end, err)
 	})
-	return nil
+	return true, nil
 }
 
 // stored runs once the storage batch of the chunks ending at end is committed.
