@@ -245,6 +245,12 @@ func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 				}
 				if !open {
 					cbFirst, cbTs = off, ts
+					// What the chunk will hold: the rest of the requests, up to a chunk's size.
+					rest := 0
+					for k := nreq; k < len(reqs) && rest < l.opts.ChunkMaxBytes; k++ {
+						rest += int(reqs[k].bytes)
+					}
+					cb.b.SizeHint(osiris.HeaderSize + osiris.DefaultBloomSize + max(sz, min(rest, l.opts.ChunkMaxBytes)) + 256)
 					cb.reset(cbFirst, cbTs, epoch)
 					open, curSize, curRecs = true, osiris.HeaderSize, 0
 				} else if ts > cbTs {

@@ -34,6 +34,11 @@ type Builder struct {
 	err       error
 }
 
+// SizeHint says how many bytes (header, bloom filter, entries and trailer) the next chunk is
+// expected to take: the next Reset that needs a new buffer makes it that large at once, instead of
+// growing it, copy after copy, as entries are added.
+func (b *Builder) SizeHint(n int) { b.hint = n }
+
 // ErrChunkFull is returned by Add when another entry would overflow a header count.
 var ErrChunkFull = errors.New("osiris: chunk full")
 
