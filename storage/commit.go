@@ -146,9 +146,11 @@ func (d *DB) validate(ops []op) error {
 			return fmt.Errorf("storage: commit: key of %d bytes exceeds the %d-byte limit", len(o.key), maxKeySize)
 		case strings.HasPrefix(string(o.key), badgerReservedPrefix):
 			return fmt.Errorf("storage: commit: key %q uses badger's reserved prefix", o.key)
-		case d.opts.InMemory && len(o.value) > inMemoryValueThreshold:
+		case d.opts.InMemory && len(o.value) >= inMemoryValueThreshold:
+			// badger keeps only values below its threshold with their keys; one at the threshold
+			// would go to the value log, which in-memory mode does not have (badger panics).
 			return fmt.Errorf("storage: commit: value of %d bytes exceeds the in-memory limit of %d",
-				len(o.value), inMemoryValueThreshold)
+				len(o.value), inMemoryValueThreshold-1)
 		case !d.opts.InMemory && int64(len(o.value)) >= d.opts.valueLogFileSize:
 			return fmt.Errorf("storage: commit: value of %d bytes exceeds the %d-byte limit",
 				len(o.value), d.opts.valueLogFileSize)
