@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 
@@ -28,14 +29,27 @@ type DeliveryChunk struct {
 	Chunk     []byte
 	Header    osiris.Header
 	Converted bool // Chunk was rebuilt from Warren records
+	// File, when set, holds the chunk's data entries (Header.DataLength bytes at FileOffset) and
+	// Chunk only its header and bloom filter: the data goes to the socket from the file
+	// (sendfile). Release closes it.
+	File       *os.File
+	FileOffset int64
 
 	pool *sync.Pool // where Release puts Chunk's buffer: it was read for this delivery alone
 }
+
+// fileMinBytes is the least size of a chunk sent from its file rather than read: below it the
+// open, the small read and the extra system call cost more than the copy they save.
+const fileMinBytes = 64 << 10
 
 // Release gives the chunk's buffer back for a later read when it was read from storage for this
 // delivery alone; neither the chunk nor a slice of it may be used after. Not calling it only
 // costs an allocation.
 func (d *DeliveryChunk) Release() {
+	if d.File != nil {
+		_ = d.File.Close()
+		d.File = nil
+	}
 	if d.pool != nil {
 		b := d.Chunk[:0]
 		d.pool.Put(&b)
@@ -43,8 +57,12 @@ func (d *DeliveryChunk) Release() {
 	}
 }
 
-// Data returns the chunk's data entries (what follows the header in a deliver frame).
+// Data returns the chunk's data entries (what follows the header in a deliver frame); nil when
+// they are in File.
 func (d *DeliveryChunk) Data() []byte {
+	if d.File != nil {
+		return nil
+	}
 	off := osiris.HeaderSize + int(d.Header.BloomSize)
 	return d.Chunk[off : off+int(d.Header.DataLength)]
 }
@@ -56,8 +74,9 @@ func (d *DeliveryChunk) Bloom() []byte {
 
 // ReadDeliveryChunk returns the committed chunk holding offset from or, when from is below the
 // first retained offset or in a gap, the next one. ok is false when no committed chunk ends
-// after from (wait with Wait(from)).
-func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err error) {
+// after from (wait with Wait(from)). With fromFile, a large chunk that is not in memory may
+// come with its data in File (the caller can send it with sendfile).
+func (l *Log) ReadDeliveryChunk(from uint64, fromFile bool) (dc DeliveryChunk, ok bool, err error) {
 	for {
 		l.mu.RLock()
 		if l.closed {
@@ -79,6 +98,11 @@ func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err err
 		}
 		ci := l.chunks[i]
 		l.mu.RUnlock()
+		if fromFile && ci.size >= fileMinBytes {
+			if dc, ok := l.deliveryFromFile(&ci); ok {
+				return dc, true, nil
+			}
+		}
 		var dst []byte
 		if p, _ := l.readBufs.Get().(*[]byte); p != nil {
 			dst = *p
@@ -123,6 +147,39 @@ func (l *Log) ReadDeliveryChunk(from uint64) (dc DeliveryChunk, ok bool, err err
 		dc.Chunk, dc.Header = b, h
 		return dc, true, nil
 	}
+}
+
+// deliveryFromFile returns chunk ci with its data in its storage file, when it is stored in one,
+// is not in memory and needs no conversion.
+func (l *Log) deliveryFromFile(ci *chunkInfo) (DeliveryChunk, bool) {
+	if l.cache.blob(ci.first) != nil {
+		return DeliveryChunk{}, false
+	}
+	l.mu.RLock()
+	_, unstored := l.unstored[ci.first]
+	l.mu.RUnlock()
+	if unstored {
+		return DeliveryChunk{}, false
+	}
+	vf, err := l.db.GetFile(storage.StreamChunkKey(l.id, ci.first))
+	if err != nil {
+		return DeliveryChunk{}, false // read it instead
+	}
+	head := make([]byte, min(vf.Len, osiris.HeaderSize+osiris.MaxBloomSize))
+	if _, err := vf.File.ReadAt(head, vf.Offset); err != nil {
+		_ = vf.File.Close()
+		return DeliveryChunk{}, false
+	}
+	h, err := osiris.ParseHeader(head)
+	pre := osiris.HeaderSize + int(h.BloomSize)
+	if err != nil || int64(vf.Len) != ci.size || h.StoredSize() != vf.Len || pre > len(head) ||
+		h.ChunkID != ci.first || head[flagByte]&flagNative != 0 {
+		// Not a chunk as this version stores it, or one that needs converting: read it.
+		_ = vf.File.Close()
+		return DeliveryChunk{}, false
+	}
+	return DeliveryChunk{First: ci.first, Next: ci.end(), Chunk: head[:pre], Header: h,
+		File: vf.File, FileOffset: vf.Offset + int64(pre)}, true
 }
 
 // convertChunk rebuilds a chunk of Warren records as RabbitMQ would have stored it.

@@ -55,6 +55,8 @@ type conn struct {
 	tc  *tls.Config
 	out *outbound
 	log *slog.Logger
+	// sendfile: nc is a plain TCP connection, chunks may be sent from their files (set by serve).
+	sendfile bool
 
 	name        string
 	connectedAt time.Time
@@ -115,6 +117,9 @@ func (c *conn) serve() {
 		_ = c.nc.SetDeadline(time.Time{})
 		c.nc = tlsConn
 	}
+	// Chunks go from their storage files to a plain TCP socket with sendfile; through TLS they
+	// are read and encrypted.
+	_, c.sendfile = c.nc.(*net.TCPConn)
 	c.out = newOutbound(c.nc)
 	var writerWG sync.WaitGroup
 	writerWG.Add(1)

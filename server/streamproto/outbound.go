@@ -1,21 +1,24 @@
 package streamproto
 
 import (
+	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
 
 // outbound is a connection's output: small frames are copied into a pending buffer, chunks are
-// queued by reference (they are immutable), and one writer goroutine writes everything queued
-// with one writev. Frames are never interleaved: each append is whole.
+// queued by reference (they are immutable) or as file regions, and one writer goroutine writes
+// everything queued with one writev per run of buffers and one sendfile per file region.
+// Frames are never interleaved: each append is whole.
 type outbound struct {
 	nc   net.Conn
 	mu   sync.Mutex
 	cond *sync.Cond // signalled when data is queued, when bytes are written, at close
 	// small collects small frames until the next segment boundary.
 	small []byte
-	bufs  net.Buffers
+	segs  []outSeg
 	// written are called once everything queued before them is written (chunk buffers given
 	// back for reuse); dropped uncalled when the connection fails.
 	written []func()
@@ -23,6 +26,14 @@ type outbound struct {
 	closed  bool
 	err     error
 	done    chan struct{} // closed when the writer exits
+}
+
+// outSeg is a queued buffer, or with f set, n bytes of f at off.
+type outSeg struct {
+	b   []byte
+	f   *os.File
+	off int64
+	n   int
 }
 
 func newOutbound(nc net.Conn) *outbound {
@@ -46,27 +57,42 @@ func (o *outbound) send(frame []byte) {
 // change until written.
 func (o *outbound) sendParts(parts ...[]byte) { o.sendPartsThen(nil, parts...) }
 
-// sendPartsThen is sendParts calling written (if set) once the parts are written, or not at all
-// if they never are (the connection failed or closed first).
+// sendPartsThen is sendParts calling written (if set) once the parts are written, or once they
+// never will be (the connection failed or closed first): then nothing uses them any more.
 func (o *outbound) sendPartsThen(written func(), parts ...[]byte) {
+	o.sendFileThen(written, nil, 0, 0, parts...)
+}
+
+// sendFileThen is sendPartsThen with n bytes of f at offset off after the parts (none when f is
+// nil); f must stay open, and those bytes unchanged, until written is called.
+func (o *outbound) sendFileThen(written func(), f *os.File, off int64, n int, parts ...[]byte) {
 	o.mu.Lock()
 	if !o.closed {
 		if written != nil {
 			o.written = append(o.written, written)
 		}
 		if len(o.small) > 0 {
-			o.bufs = append(o.bufs, o.small)
+			o.segs = append(o.segs, outSeg{b: o.small})
 			o.small = nil
 		}
 		for _, p := range parts {
 			if len(p) > 0 {
-				o.bufs = append(o.bufs, p)
+				o.segs = append(o.segs, outSeg{b: p})
 				o.queued += len(p)
 			}
 		}
+		if f != nil && n > 0 {
+			o.segs = append(o.segs, outSeg{f: f, off: off, n: n})
+			o.queued += n
+		}
 		o.cond.Broadcast()
+		o.mu.Unlock()
+		return
 	}
 	o.mu.Unlock()
+	if written != nil {
+		written()
+	}
 }
 
 // waitRoom blocks while more than limit bytes are queued, until the outbound closes or stop
@@ -91,44 +117,87 @@ func (o *outbound) kick() {
 // exits.
 func (o *outbound) run() {
 	defer close(o.done)
+	var bufs net.Buffers // reused for each writev
 	for {
 		o.mu.Lock()
 		for o.queued == 0 && !o.closed {
 			o.cond.Wait()
 		}
 		if o.queued == 0 && o.closed {
+			written := o.written
+			o.written = nil
 			o.mu.Unlock()
+			for _, f := range written {
+				f()
+			}
 			return
 		}
-		bufs := o.bufs
+		segs := o.segs
 		if len(o.small) > 0 {
-			bufs = append(bufs, o.small)
+			segs = append(segs, outSeg{b: o.small})
 		}
 		written := o.written
-		o.bufs, o.small, o.written = nil, nil, nil
+		o.segs, o.small, o.written = nil, nil, nil
 		closed := o.closed
 		o.mu.Unlock()
 		if closed {
 			_ = o.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		}
-		n, err := bufs.WriteTo(o.nc)
+		n, err := o.write(segs, bufs[:0])
 		o.mu.Lock()
 		o.queued -= int(n)
 		if err != nil {
 			o.err = err
 			o.closed = true
 			o.queued = 0
-			o.bufs, o.small, o.written = nil, nil, nil
+			written = append(written, o.written...)
+			o.segs, o.small, o.written = nil, nil, nil
 		}
 		o.cond.Broadcast()
 		o.mu.Unlock()
-		if err != nil {
-			return
-		}
 		for _, f := range written {
 			f()
 		}
+		if err != nil {
+			return
+		}
 	}
+}
+
+// write writes segs in order: each run of buffers with one writev (bufs is scratch space), each
+// file region with sendfile (io.Copy falls back to reading it when the connection cannot, as a
+// TLS one). It returns the bytes written.
+func (o *outbound) write(segs []outSeg, bufs net.Buffers) (int64, error) {
+	var total int64
+	for i := 0; i < len(segs); {
+		bufs = bufs[:0]
+		for ; i < len(segs) && segs[i].f == nil; i++ {
+			bufs = append(bufs, segs[i].b)
+		}
+		if len(bufs) > 0 {
+			n, err := bufs.WriteTo(o.nc)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		if i < len(segs) {
+			s := &segs[i]
+			i++
+			if _, err := s.f.Seek(s.off, io.SeekStart); err != nil {
+				return total, err
+			}
+			n, err := io.Copy(o.nc, &io.LimitedReader{R: s.f, N: int64(s.n)})
+			total += n
+			if err == nil && n < int64(s.n) {
+				err = io.ErrUnexpectedEOF // the file is shorter than the region
+			}
+			if err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
 }
 
 // close stops accepting output; the writer flushes what is queued and exits.

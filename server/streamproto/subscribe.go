@@ -223,7 +223,7 @@ func (s *subscription) run() {
 		s.mu.Lock()
 		from := s.next
 		s.mu.Unlock()
-		dc, ok, err := s.log.ReadDeliveryChunk(from)
+		dc, ok, err := s.log.ReadDeliveryChunk(from, c.sendfile)
 		if err != nil {
 			if errors.Is(err, stream.ErrClosed) {
 				c.streamGoneFromSub(s)
@@ -288,12 +288,15 @@ func (s *subscription) send(dc *stream.DeliveryChunk) {
 		version = wire.Version2
 		committed = s.log.LastChunk()
 	}
-	data := dc.Data()
 	c.s.counters.Add(stats.DeliveredNoAck, dc.Next-dc.First)
 	// A new header slice per frame: the writer holds it until written.
 	hdr := wire.AppendDeliverHeader(make([]byte, 0, wire.DeliverHeaderSize(version)), version, s.id, committed,
-		uint32(osiris.HeaderSize+len(data)))
-	c.out.sendPartsThen(dc.Release, hdr, dc.Chunk[:osiris.HeaderSize], data)
+		uint32(osiris.HeaderSize+int(dc.Header.DataLength)))
+	if dc.File != nil {
+		c.out.sendFileThen(dc.Release, dc.File, dc.FileOffset, int(dc.Header.DataLength), hdr, dc.Chunk[:osiris.HeaderSize])
+		return
+	}
+	c.out.sendPartsThen(dc.Release, hdr, dc.Chunk[:osiris.HeaderSize], dc.Data())
 }
 
 // streamGoneFromSub handles a subscription's stream closing under it (deleted).
