@@ -45,6 +45,25 @@ func duBlocks(dir string) int64 {
 	return n
 }
 
+// fillDisk makes the virtual disk under dir full: nothing free. The blocks a closed DB's files hold
+// settle first (ext4 gives back delayed-allocation reservations and preallocations when it writes
+// them back, which can be after Close): a later Open would otherwise find free space again.
+func (v *virtualFS) fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	syscall.Sync()
+	last, stable := duBlocks(dir), 0
+	for deadline := time.Now().Add(10 * time.Second); stable < 3 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if n := duBlocks(dir); n == last {
+			stable++
+		} else {
+			last, stable = n, 0
+		}
+	}
+	free, _, _ := v.statfs(dir)
+	v.size.Add(-free)
+}
+
 // fillUntilRefused commits batches of n values of size bytes (keys from next on) until one is refused
 // and returns the next key and the refusal. It fails the test if the virtual free space ever drops
 // below the floor.
@@ -310,8 +329,7 @@ func TestSpaceOpenOnFullDisk(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	free, _, _ := v.statfs(dir)
-	v.size.Add(-free)
+	v.fillDisk(t, dir)
 
 	logger, logs := testLogger(t)
 	opts := spaceOpts(dir, v)
@@ -335,8 +353,7 @@ func TestSpaceOpenOnFullDisk(t *testing.T) {
 	}
 
 	// No ballast left and nothing free: Open refuses instead of letting badger crash.
-	free, _, _ = v.statfs(dir)
-	v.size.Add(-free)
+	v.fillDisk(t, dir)
 	_, err = Open(spaceOpts(dir, v))
 	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), "Warren needs at least") {
 		t.Fatalf("Open on a full disk without a ballast: %v, want ErrNoSpace naming what it needs", err)
