@@ -19,10 +19,11 @@ type outbound struct {
 	// small collects small frames until the next segment boundary.
 	small []byte
 	segs  []outSeg
-	// written are called once everything queued before them is written (chunk buffers given
-	// back for reuse); dropped uncalled when the connection fails.
+	// written are called once everything queued before them is written, or once it never will
+	// be (the connection failed or closed): chunk buffers are given back, chunk files closed.
 	written []func()
-	queued  int // bytes in small and bufs not yet written
+	scratch net.Buffers // the writer's, for each writev
+	queued  int         // bytes in small and segs not yet written
 	closed  bool
 	err     error
 	done    chan struct{} // closed when the writer exits
@@ -117,7 +118,6 @@ func (o *outbound) kick() {
 // exits.
 func (o *outbound) run() {
 	defer close(o.done)
-	var bufs net.Buffers // reused for each writev
 	for {
 		o.mu.Lock()
 		for o.queued == 0 && !o.closed {
@@ -143,7 +143,7 @@ func (o *outbound) run() {
 		if closed {
 			_ = o.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		}
-		n, err := o.write(segs, bufs[:0])
+		n, err := o.write(segs)
 		o.mu.Lock()
 		o.queued -= int(n)
 		if err != nil {
@@ -164,18 +164,20 @@ func (o *outbound) run() {
 	}
 }
 
-// write writes segs in order: each run of buffers with one writev (bufs is scratch space), each
-// file region with sendfile (io.Copy falls back to reading it when the connection cannot, as a
-// TLS one). It returns the bytes written.
-func (o *outbound) write(segs []outSeg, bufs net.Buffers) (int64, error) {
+// write writes segs in order: each run of buffers with one writev, each file region with
+// sendfile (io.Copy falls back to reading it when the connection cannot, as a TLS one). It
+// returns the bytes written.
+func (o *outbound) write(segs []outSeg) (int64, error) {
 	var total int64
 	for i := 0; i < len(segs); {
-		bufs = bufs[:0]
+		bufs := o.scratch[:0]
 		for ; i < len(segs) && segs[i].f == nil; i++ {
 			bufs = append(bufs, segs[i].b)
 		}
+		o.scratch = bufs[:0] // WriteTo consumes bufs; the array is kept for the next run
 		if len(bufs) > 0 {
 			n, err := bufs.WriteTo(o.nc)
+			clear(o.scratch[:cap(o.scratch)]) // let the written buffers go
 			total += n
 			if err != nil {
 				return total, err
