@@ -34,11 +34,13 @@ import (
 var ErrNotInFile = errors.New("storage: value not in a value-log file")
 
 // ValueFile is where a value's bytes are: File[Offset : Offset+Len]. File is opened for the
-// caller, who closes it.
+// caller, who closes it. Head is the value's first bytes, as many as GetFile was asked for (read
+// with the entry's header, in the same system call).
 type ValueFile struct {
 	File   *os.File
 	Offset int64
 	Len    int
+	Head   []byte
 }
 
 const (
@@ -47,10 +49,10 @@ const (
 	badgerMaxHeaderSize   = 2 + binary.MaxVarintLen32*2 + binary.MaxVarintLen64
 )
 
-// GetFile returns where key's value is stored in the value log, or ErrNotFound, or
-// ErrNotInFile (then read it with Get). The caller checks the bytes it sends (a stream chunk
-// carries its own CRC): they are not read here.
-func (d *DB) GetFile(key []byte) (ValueFile, error) {
+// GetFile returns where key's value is stored in the value log, with its first head bytes (or
+// all of it, when shorter), or ErrNotFound, or ErrNotInFile (then read it with Get). The caller
+// checks the bytes it sends (a stream chunk carries its own CRC): the rest is not read here.
+func (d *DB) GetFile(key []byte, head int) (ValueFile, error) {
 	if d.opts.InMemory || d.dir == "" {
 		return ValueFile{}, ErrNotInFile
 	}
@@ -80,29 +82,32 @@ func (d *DB) GetFile(key []byte) (ValueFile, error) {
 		return ValueFile{}, ErrNotFound
 	case errors.Is(err, badger.ErrDBClosed):
 		return ValueFile{}, ErrClosed
+	case errors.Is(err, ErrNotInFile):
+		return ValueFile{}, err
 	case err != nil:
-		if errors.Is(err, ErrNotInFile) {
-			return ValueFile{}, err
-		}
 		return ValueFile{}, fmt.Errorf("storage: get %x: %w", key, err)
 	}
 	f, err := os.Open(filepath.Join(d.dir, fmt.Sprintf("%06d.vlog", fid)))
 	if err != nil {
 		return ValueFile{}, ErrNotInFile // collected by value-log GC meanwhile
 	}
-	head := make([]byte, min(int(entryLen), badgerMaxHeaderSize+keyLen))
-	if _, err := f.ReadAt(head, int64(entryOff)); err != nil {
+	// The entry's header and key, and the value's first bytes (the entry ends with a CRC, so
+	// reading entryLen bytes never runs past the value into the next entry's).
+	buf := make([]byte, min(int(entryLen), badgerMaxHeaderSize+keyLen+max(head, 0)))
+	if _, err := f.ReadAt(buf, int64(entryOff)); err != nil {
 		f.Close()
 		return ValueFile{}, ErrNotInFile
 	}
-	hlen, klen, vlen, ok := decodeEntryHeader(head)
-	if !ok || klen != keyLen || hlen+klen > len(head) || !bytes.Equal(head[hlen:hlen+klen-8], key) ||
+	hlen, klen, vlen, ok := decodeEntryHeader(buf)
+	if !ok || klen != keyLen || hlen+klen > len(buf) || !bytes.Equal(buf[hlen:hlen+klen-8], key) ||
 		uint64(hlen)+uint64(klen)+vlen+crc32.Size != uint64(entryLen) {
 		f.Close()
 		return ValueFile{}, ErrNotInFile
 	}
+	value := buf[hlen+klen:]
+	value = value[:min(len(value), int(vlen), max(head, 0))]
 	d.statReads.Add(1)
-	return ValueFile{File: f, Offset: int64(entryOff) + int64(hlen+klen), Len: int(vlen)}, nil
+	return ValueFile{File: f, Offset: int64(entryOff) + int64(hlen+klen), Len: int(vlen), Head: value}, nil
 }
 
 // valuePointerOf returns the value pointer of an item whose value is in the value log.

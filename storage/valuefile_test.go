@@ -31,7 +31,7 @@ func TestGetFileFindsLargeValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range values {
-		vf, err := d.GetFile([]byte(k))
+		vf, err := d.GetFile([]byte(k), 100)
 		if len(v) < 512 {
 			if !errors.Is(err, ErrNotInFile) {
 				t.Fatalf("GetFile(%q) of a %d-byte value = %v, want ErrNotInFile", k, len(v), err)
@@ -47,8 +47,11 @@ func TestGetFileFindsLargeValues(t *testing.T) {
 		if err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("GetFile(%q): the %d bytes at %d are not the value (%v)", k, vf.Len, vf.Offset, err)
 		}
+		if !bytes.Equal(vf.Head, v[:100]) {
+			t.Fatalf("GetFile(%q): Head is %d bytes, not the value's first 100", k, len(vf.Head))
+		}
 	}
-	if _, err := d.GetFile([]byte("nope")); !errors.Is(err, ErrNotFound) {
+	if _, err := d.GetFile([]byte("nope"), 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetFile of a missing key = %v, want ErrNotFound", err)
 	}
 	m, err := Open(Options{InMemory: true})
@@ -61,7 +64,7 @@ func TestGetFileFindsLargeValues(t *testing.T) {
 	if err := m.CommitSync(&mb); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.GetFile([]byte("k")); !errors.Is(err, ErrNotInFile) {
+	if _, err := m.GetFile([]byte("k"), 0); !errors.Is(err, ErrNotInFile) {
 		t.Fatalf("GetFile in memory = %v, want ErrNotInFile", err)
 	}
 }

@@ -152,33 +152,22 @@ func (l *Log) ReadDeliveryChunk(from uint64, fromFile bool) (dc DeliveryChunk, o
 // deliveryFromFile returns chunk ci with its data in its storage file, when it is stored in one,
 // is not in memory and needs no conversion.
 func (l *Log) deliveryFromFile(ci *chunkInfo) (DeliveryChunk, bool) {
-	if l.cache.blob(ci.first) != nil {
+	if l.memBlob(ci) != nil {
 		return DeliveryChunk{}, false
 	}
-	l.mu.RLock()
-	_, unstored := l.unstored[ci.first]
-	l.mu.RUnlock()
-	if unstored {
-		return DeliveryChunk{}, false
-	}
-	vf, err := l.db.GetFile(storage.StreamChunkKey(l.id, ci.first))
+	vf, err := l.db.GetFile(storage.StreamChunkKey(l.id, ci.first), osiris.HeaderSize+osiris.MaxBloomSize)
 	if err != nil {
 		return DeliveryChunk{}, false // read it instead
 	}
-	head := make([]byte, min(vf.Len, osiris.HeaderSize+osiris.MaxBloomSize))
-	if _, err := vf.File.ReadAt(head, vf.Offset); err != nil {
-		_ = vf.File.Close()
-		return DeliveryChunk{}, false
-	}
-	h, err := osiris.ParseHeader(head)
+	h, err := osiris.ParseHeader(vf.Head)
 	pre := osiris.HeaderSize + int(h.BloomSize)
-	if err != nil || int64(vf.Len) != ci.size || h.StoredSize() != vf.Len || pre > len(head) ||
-		h.ChunkID != ci.first || head[flagByte]&flagNative != 0 {
+	if err != nil || int64(vf.Len) != ci.size || h.StoredSize() != vf.Len || pre > len(vf.Head) ||
+		h.ChunkID != ci.first || vf.Head[flagByte]&flagNative != 0 {
 		// Not a chunk as this version stores it, or one that needs converting: read it.
 		_ = vf.File.Close()
 		return DeliveryChunk{}, false
 	}
-	return DeliveryChunk{First: ci.first, Next: ci.end(), Chunk: head[:pre], Header: h,
+	return DeliveryChunk{First: ci.first, Next: ci.end(), Chunk: vf.Head[:pre], Header: h,
 		File: vf.File, FileOffset: vf.Offset + int64(pre)}, true
 }
 

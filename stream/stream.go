@@ -585,13 +585,7 @@ func (l *Log) blob(ci *chunkInfo) ([]byte, error) {
 // blobInto is blob reading from storage into dst's storage (when it has the capacity); read
 // reports that it did read from storage (b is not shared with the cache).
 func (l *Log) blobInto(ci *chunkInfo, dst []byte) (b []byte, read bool, err error) {
-	if b := l.cache.blob(ci.first); b != nil {
-		return b, false, nil
-	}
-	l.mu.RLock()
-	b, ok := l.unstored[ci.first]
-	l.mu.RUnlock()
-	if ok {
+	if b := l.memBlob(ci); b != nil {
 		return b, false, nil
 	}
 	b, err = l.db.GetInto(storage.StreamChunkKey(l.id, ci.first), dst)
@@ -599,6 +593,16 @@ func (l *Log) blobInto(ci *chunkInfo, dst []byte) (b []byte, read bool, err erro
 		return nil, false, fmt.Errorf("stream %d: read chunk %d: %w", l.id, ci.first, err)
 	}
 	return b, true, nil
+}
+
+// memBlob returns chunk ci's bytes when they are in memory (the cache, or not stored yet), or nil.
+func (l *Log) memBlob(ci *chunkInfo) []byte {
+	if b := l.cache.blob(ci.first); b != nil {
+		return b
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.unstored[ci.first]
 }
 
 // entries returns the decoded entries of a chunk, from the cache or from storage.
