@@ -67,7 +67,26 @@ type chunkBuilder struct {
 	b       osiris.Builder
 	scratch []byte
 	native  bool
-	writers map[string]uint64 // highest sequence per writer in the chunk
+	writers map[string]uint64 // highest sequence per writer in the chunk, but for the last one:
+	lastW   string            // the writer of the last record with one ("" for none), whose
+	lastSeq uint64            // highest sequence is kept here until another writer comes
+}
+
+// noteWriter records writer id's sequence seq in the chunk.
+func (cb *chunkBuilder) noteWriter(id string, seq uint64) {
+	if id == cb.lastW {
+		cb.lastSeq = max(cb.lastSeq, seq)
+		return
+	}
+	cb.spillWriter()
+	cb.lastW, cb.lastSeq = id, max(cb.writers[id], seq)
+}
+
+func (cb *chunkBuilder) spillWriter() {
+	if cb.lastW != "" {
+		cb.writers[cb.lastW] = cb.lastSeq
+		cb.lastW = ""
+	}
 }
 
 func (cb *chunkBuilder) reset(first uint64, ts int64, epoch uint64) {
@@ -77,6 +96,7 @@ func (cb *chunkBuilder) reset(first uint64, ts int64, epoch uint64) {
 		cb.writers = make(map[string]uint64)
 	}
 	clear(cb.writers)
+	cb.lastW = ""
 }
 
 // add appends one record (Raw records are stored as they are).
@@ -106,10 +126,10 @@ func (cb *chunkBuilder) add(r *Record) error {
 		}
 	}
 	if r.PublisherID != "" {
-		cb.writers[r.PublisherID] = max(cb.writers[r.PublisherID], r.PublishingID)
+		cb.noteWriter(r.PublisherID, r.PublishingID)
 	}
 	if r.WriterID != "" {
-		cb.writers[r.WriterID] = max(cb.writers[r.WriterID], r.WriterSeq)
+		cb.noteWriter(r.WriterID, r.WriterSeq)
 	}
 	return nil
 }
@@ -135,6 +155,7 @@ func recordCount(r *Record) int {
 // finish returns the chunk, a slice the caller owns: the builder's buffer is handed over (no
 // copy) and the next chunk is built in a new one.
 func (cb *chunkBuilder) finish() ([]byte, error) {
+	cb.spillWriter()
 	for id, seq := range cb.writers {
 		if len(id) <= 255 {
 			if err := cb.b.AddTracking(osiris.TrackingSequence, []byte(id), seq); err != nil {

@@ -29,6 +29,65 @@ func (t tracking) note(id string, seq, chunk uint64) {
 	}
 }
 
+// buildTable is the writer's view of the table while it builds a batch: the committed table with
+// the chunks being built over it. A publish frame's records all come from one writer, so the last
+// writer looked up is kept out of the maps (found once, noted in place) and written to the overlay
+// only when another writer is looked up or the batch is done.
+type buildTable struct {
+	table   tracking // committed; read only here
+	overlay tracking // the chunks being built
+
+	hotID    string // "" until a writer was looked up
+	hot      trackEntry
+	hotOK    bool // hot holds an entry (the writer is in table or overlay)
+	hotDirty bool // hot is newer than overlay[hotID]
+}
+
+// use points b at the committed table, which the caller holds locked while it looks entries up;
+// the cached writer is dropped, since the table may have changed while it was unlocked.
+func (b *buildTable) use(table tracking) {
+	b.spill()
+	if b.overlay == nil {
+		b.overlay = make(tracking)
+	}
+	b.table, b.hotID = table, ""
+}
+
+// entry returns id's highest sequence in the table or the chunks being built.
+func (b *buildTable) entry(id string) (trackEntry, bool) {
+	if b.hotID != "" && id == b.hotID {
+		return b.hot, b.hotOK
+	}
+	b.spill()
+	e, ok := b.overlay[id]
+	if t, tok := b.table[id]; tok && (!ok || t.seq > e.seq) {
+		e, ok = t, true
+	}
+	b.hotID, b.hot, b.hotOK = id, e, ok
+	return e, ok
+}
+
+// seen returns id's entry and whether seq is at or below it (a duplicate).
+func (b *buildTable) seen(id string, seq uint64) (trackEntry, bool) {
+	e, ok := b.entry(id)
+	return e, ok && seq <= e.seq
+}
+
+// note records that a chunk starting at chunk holds id's sequence seq.
+func (b *buildTable) note(id string, seq, chunk uint64) {
+	if e, ok := b.entry(id); !ok || seq > e.seq {
+		b.hot, b.hotOK, b.hotDirty = trackEntry{seq: seq, chunk: chunk}, true, true
+	}
+}
+
+// spill writes the cached writer back to the overlay.
+func (b *buildTable) spill() {
+	if b.hotDirty {
+		b.overlay[b.hotID] = b.hot
+		b.hotDirty = false
+	}
+}
+
 // applyTrailer notes a chunk's trailer entries.
 func (t tracking) applyTrailer(trailer []byte, chunk uint64) error {
 	return walkTracking(trailer, func(id string, seq uint64) { t.note(id, seq, chunk) })

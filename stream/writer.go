@@ -168,7 +168,6 @@ func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 
 	var (
 		chunks  []staged
-		overlay = make(tracking) // sequences of the chunks being built
 		cb      = &l.builder
 		cbFirst uint64
 		cbTs    int64
@@ -197,17 +196,13 @@ func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 		return nil
 	}
 	l.mu.RLock()
-	seen := func(id string, seq uint64) (trackEntry, bool) {
-		e, ok := overlay[id]
-		if t, tok := l.table[id]; tok && (!ok || t.seq > e.seq) {
-			e, ok = t, true
-		}
-		return e, ok && seq <= e.seq
-	}
+	var tab buildTable // the table under the chunks being built; used under l.mu.RLock only
+	seen := tab.seen
 	var buildErr error
 	var gapped []appendReq
 	held := false // a writeSem token is held for this batch
 	build := func() {
+		tab.use(l.table)
 		for nreq < len(reqs) && len(chunks) < maxChunksPerBatch && buildErr == nil {
 			r := &reqs[nreq]
 			if gapAt(r.recs, seen) {
@@ -261,10 +256,10 @@ func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 					break
 				}
 				if rec.PublisherID != "" {
-					overlay.note(rec.PublisherID, rec.PublishingID, cbFirst)
+					tab.note(rec.PublisherID, rec.PublishingID, cbFirst)
 				}
 				if rec.WriterID != "" {
-					overlay.note(rec.WriterID, rec.WriterSeq, cbFirst)
+					tab.note(rec.WriterID, rec.WriterSeq, cbFirst)
 				}
 				n := recordCount(rec)
 				curSize += sz
