@@ -603,7 +603,8 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 	}
 
 	started := time.Now()
-	loadStart := loadAverage()
+	loadStart, syncStart := loadAverage(), describeSync()
+	fmt.Fprintf(cfg.Log, "disk: appending 64 KiB and fdatasyncing takes %s (median of 25)\n", syncStart)
 	results := map[string]map[string][]runOutcome{}
 	for _, sc := range scenarios {
 		results[sc.id] = map[string][]runOutcome{}
@@ -626,6 +627,7 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 		cfg: cfg, scenarios: scenarios, results: results, warren: warren, ref: ref,
 		machine: describeMachine(), date: started.UTC(), took: time.Since(started),
 		interrupted: ctx.Err() != nil, loadStart: loadStart, loadEnd: loadAverage(),
+		syncStart: syncStart, syncEnd: describeSync(),
 	}
 	fmt.Fprint(cfg.Stdout, rep.table())
 	if cfg.Out != "" {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // machineInfo describes the host a benchmark ran on.
@@ -78,4 +81,40 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], ", ")
+}
+
+// syncLatency measures what a commit waits for on the disk under dir: the median time to append
+// 64 KiB to a new file and fdatasync it, over n rounds. Warren confirms stream and quorum
+// publishes after such syncs while RabbitMQ's streams confirm before any, so the ratios of the
+// confirm-bound scenarios move with it, and this disk's latency changes through the day.
+func syncLatency(dir string, n int) (time.Duration, error) {
+	f, err := os.CreateTemp(dir, "warren-perf-sync-*")
+	if err != nil {
+		return 0, fmt.Errorf("sync probe: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	times := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return 0, fmt.Errorf("sync probe: %w", err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return 0, fmt.Errorf("sync probe: fdatasync: %w", err)
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+// describeSync is syncLatency for a report line.
+func describeSync() string {
+	d, err := syncLatency(os.TempDir(), 25)
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000)
 }

@@ -449,3 +449,16 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestSyncLatencyMeasuresTheDisk checks the reports' disk line: a positive median, and no file
+// left behind.
+func TestSyncLatencyMeasuresTheDisk(t *testing.T) {
+	dir := t.TempDir()
+	d, err := syncLatency(dir, 5)
+	if err != nil || d <= 0 {
+		t.Fatalf("syncLatency = %v, %v; want a positive duration", d, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("syncLatency left %d files in %s", len(left), dir)
+	}
+}
