@@ -1,8 +1,13 @@
 package stream
 
 import (
+	"errors"
 	"maps"
+	"sync"
 	"testing"
+	"time"
+
+	"warren/storage"
 )
 
 // pub is a record of publisher id with publishing id seq; its body names both.
@@ -67,5 +72,77 @@ func TestDeduplicationWithInterleavedWriters(t *testing.T) {
 	es := readAll(t, l, 0)
 	if len(es) != len(want) || string(es[len(es)-2].Body) != "b/3" || string(es[len(es)-1].Body) != "a/6" {
 		t.Fatalf("after a restart, appends stored %d records, want %d ending b/3, a/6", len(es), len(want))
+	}
+}
+
+// TestAGappedAppendIsAnsweredOnce puts an append refused as a gap (its writer's earlier
+// sequences are missing) in the same batch as one whose chunk cannot be built: each append's done
+// runs exactly once, the gapped one with ErrGap.
+func TestAGappedAppendIsAnsweredOnce(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	l := openLog(t, db, 1, Options{})
+	// Hold the committer, so that what follows the first append is built into one batch.
+	release := make(chan struct{})
+	var hold storage.Batch
+	hold.Set([]byte("hold"), []byte{1})
+	held := make(chan struct{})
+	db.Commit(&hold, func(error) { close(held); <-release })
+	<-held
+
+	var mu sync.Mutex
+	calls := map[string][]error{}
+	appendAs := func(name string, recs ...Record) {
+		l.Append(recs, func(_ uint64, err error) {
+			mu.Lock()
+			calls[name] = append(calls[name], err)
+			mu.Unlock()
+		})
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	queued := func() int {
+		l.qmu.Lock()
+		defer l.qmu.Unlock()
+		return len(l.queue)
+	}
+	appendAs("first", rec(0)) // batch 1: submitted, waits for the committer
+	waitFor("batch 1 to be submitted", func() bool { return l.Written() == 1 })
+	appendAs("second", rec(1)) // built while batch 1 is in flight
+	waitFor("the writer to take the second append", func() bool { return queued() == 0 })
+	appendAs("gapped", Record{WriterID: "w", WriterSeq: 5, Body: []byte("gap")})
+	// A sub-batch entry that says it holds 100 bytes and holds none: its chunk cannot be built.
+	appendAs("malformed", Record{Raw: []byte{0x80, 0, 1, 0, 0, 0, 1, 0, 0, 0, 100}})
+	waitFor("both appends to be queued", func() bool { return queued() == 2 })
+	close(release)
+
+	waitFor("every append to be answered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 4
+	})
+	// Let a second answer, if any, arrive.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name, errs := range calls {
+		if len(errs) != 1 {
+			t.Errorf("append %q answered %d times: %v", name, len(errs), errs)
+		}
+	}
+	if errs := calls["gapped"]; len(errs) == 0 || !errors.Is(errs[0], ErrGap) {
+		t.Errorf("the gapped append was answered with %v, want ErrGap", errs)
+	}
+	if errs := calls["malformed"]; len(errs) == 0 || errs[0] == nil {
+		t.Errorf("the malformed append was answered with %v, want an error", errs)
 	}
 }

@@ -207,6 +207,7 @@ func (l *Log) writeSome(reqs []appendReq, from int) ([]appendReq, int) {
 			r := &reqs[nreq]
 			if gapAt(r.recs, seen) {
 				gapped = append(gapped, *r)
+				r.done = nil // answered with ErrGap below, and not again if the batch fails
 				nreq++
 				continue
 			}
