@@ -5,9 +5,6 @@ import (
 	"maps"
 	"sync"
 	"testing"
-	"time"
-
-	"warren/storage"
 )
 
 // pub is a record of publisher id with publishing id seq; its body names both.
@@ -57,14 +54,7 @@ func TestDeduplicationWithInterleavedWriters(t *testing.T) {
 	}
 	check(l, "after the appends")
 
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db = openDB(t, dir)
-	l = openLog(t, db, 5, opts)
+	db, l = reopen(t, dir, db, l, opts)
 	check(l, "after a restart")
 	// Repeats after the restart are still dropped, new sequences kept.
 	appendSync(t, l, pub("b", 2), pub("a", 5), pub("b", 3), pub("a", 6))
@@ -81,13 +71,7 @@ func TestDeduplicationWithInterleavedWriters(t *testing.T) {
 func TestAGappedAppendIsAnsweredOnce(t *testing.T) {
 	db := openDB(t, t.TempDir())
 	l := openLog(t, db, 1, Options{})
-	// Hold the committer, so that what follows the first append is built into one batch.
-	release := make(chan struct{})
-	var hold storage.Batch
-	hold.Set([]byte("hold"), []byte{1})
-	held := make(chan struct{})
-	db.Commit(&hold, func(error) { close(held); <-release })
-	<-held
+	release := holdCommitter(db)
 
 	var mu sync.Mutex
 	calls := map[string][]error{}
@@ -98,32 +82,17 @@ func TestAGappedAppendIsAnsweredOnce(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	queued := func() int {
-		l.qmu.Lock()
-		defer l.qmu.Unlock()
-		return len(l.queue)
-	}
 	appendAs("first", rec(0)) // batch 1: submitted, waits for the committer
-	waitFor("batch 1 to be submitted", func() bool { return l.Written() == 1 })
+	waitFor(t, "batch 1 to be submitted", func() bool { return l.Written() == 1 })
 	appendAs("second", rec(1)) // built while batch 1 is in flight
-	waitFor("the writer to take the second append", func() bool { return queued() == 0 })
+	waitFor(t, "the writer to take the second append", func() bool { return queuedAppends(l) == 0 })
 	appendAs("gapped", Record{WriterID: "w", WriterSeq: 5, Body: []byte("gap")})
 	// A sub-batch entry that says it holds 100 bytes and holds none: its chunk cannot be built.
 	appendAs("malformed", Record{Raw: []byte{0x80, 0, 1, 0, 0, 0, 1, 0, 0, 0, 100}})
-	waitFor("both appends to be queued", func() bool { return queued() == 2 })
+	waitFor(t, "both appends to be queued", func() bool { return queuedAppends(l) == 2 })
 	close(release)
 
-	waitFor("every append to be answered", func() bool {
+	waitFor(t, "every append to be answered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(calls) == 4

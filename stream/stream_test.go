@@ -46,6 +46,20 @@ func openLog(t testing.TB, db *storage.DB, id uint64, opts Options) *Log {
 	return l
 }
 
+// reopen closes l and its storage and opens both again from dir, as a restart does.
+func reopen(t testing.TB, dir string, db *storage.DB, l *Log, opts Options) (*storage.DB, *Log) {
+	t.Helper()
+	id := l.id
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, dir)
+	return db, openLog(t, db, id, opts)
+}
+
 func rec(i int) Record {
 	return Record{
 		Exchange:   "ex",
@@ -574,14 +588,7 @@ func TestRestartKeepsOffsetsAndData(t *testing.T) {
 	}
 	wg.Wait()
 	last := l.LastChunk()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db = openDB(t, dir)
-	l = openLog(t, db, 9, opts)
+	db, l = reopen(t, dir, db, l, opts)
 	if l.First() != 0 || l.Next() != 25 || l.LastChunk() != last {
 		t.Fatalf("after restart first %d next %d last %d, want 0 25 %d", l.First(), l.Next(), l.LastChunk(), last)
 	}
@@ -1030,19 +1037,44 @@ func TestNativeChunkReadOnceForDelivery(t *testing.T) {
 	}
 }
 
-// A publisher that keeps a window of unconfirmed messages sends its next ones as the confirms of
-// a commit arrive: appends that arrive while a batch commits go into the next batch, not the one
-// after it, so they are confirmed one commit later, not two.
-func TestAppendsDuringACommitJoinTheNextBatch(t *testing.T) {
-	db := openDB(t, t.TempDir())
-	l := openLog(t, db, 1, Options{})
-	// Hold the committer: it runs callbacks on its own goroutine.
+// holdCommitter blocks db's committer (it runs callbacks on its own goroutine) until the returned
+// channel is closed, so that what is appended meanwhile waits to be built into one batch.
+func holdCommitter(db *storage.DB) chan struct{} {
 	release := make(chan struct{})
 	var hold storage.Batch
 	hold.Set([]byte("hold"), []byte{1})
 	held := make(chan struct{})
 	db.Commit(&hold, func(error) { close(held); <-release })
 	<-held
+	return release
+}
+
+// queuedAppends is how many appends wait in l's queue for the writer.
+func queuedAppends(l *Log) int {
+	l.qmu.Lock()
+	defer l.qmu.Unlock()
+	return len(l.queue)
+}
+
+// waitFor polls cond, bounded.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A publisher that keeps a window of unconfirmed messages sends its next ones as the confirms of
+// a commit arrive: appends that arrive while a batch commits go into the next batch, not the one
+// after it, so they are confirmed one commit later, not two.
+func TestAppendsDuringACommitJoinTheNextBatch(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	l := openLog(t, db, 1, Options{})
+	release := holdCommitter(db)
 
 	results := make(chan uint64, 4)
 	appendOne := func(i int) {
@@ -1053,25 +1085,10 @@ func TestAppendsDuringACommitJoinTheNextBatch(t *testing.T) {
 			results <- first
 		})
 	}
-	queued := func() int {
-		l.qmu.Lock()
-		defer l.qmu.Unlock()
-		return len(l.queue)
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	appendOne(0) // batch 1: submitted, waits for the committer
-	waitFor("batch 1 to be submitted", func() bool { return l.Written() == 1 })
+	waitFor(t, "batch 1 to be submitted", func() bool { return l.Written() == 1 })
 	appendOne(1) // built into batch 2 while batch 1 is in flight
-	waitFor("the writer to take append 1", func() bool { return queued() == 0 })
+	waitFor(t, "the writer to take append 1", func() bool { return queuedAppends(l) == 0 })
 	appendOne(2) // arrive while batch 1 commits
 	appendOne(3)
 	close(release)
