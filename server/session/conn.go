@@ -53,6 +53,7 @@ type conn struct {
 
 	clientProps amqp.Table // connection.start-ok's client properties; set before open
 	connectedAt time.Time
+	registered  bool         // RegisterConn was called (at connection.open); the conn goroutine's own
 	nChannels   atomic.Int32 // len(channels), for readers off the reader goroutine
 
 	capCancelNotify bool
@@ -254,7 +255,11 @@ func (c *conn) serve() {
 		c.nc.Close()
 	}()
 
-	if err := c.handshake(); err != nil {
+	err := c.handshake()
+	if c.registered {
+		defer c.s.core.UnregisterConn(c)
+	}
+	if err != nil {
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code != 0 {
 			c.closeWithError(ae)
@@ -264,10 +269,6 @@ func (c *conn) serve() {
 		}
 		return
 	}
-	c.connectedAt = time.Now()
-	c.open.Store(true)
-	c.s.core.RegisterConn(c)
-	defer c.s.core.UnregisterConn(c)
 	c.log.Info("connection opened", c.logFields()...)
 	defer func() {
 		reason := c.endReason
@@ -397,6 +398,12 @@ func (c *conn) handshake() error {
 	} else {
 		c.readTimeout = 0
 	}
+	// Registered before open-ok: a client that opens another connection once this one is open
+	// finds it counted against the vhost's max-connections.
+	c.connectedAt = time.Now()
+	c.open.Store(true)
+	c.s.core.RegisterConn(c)
+	c.registered = true
 	c.out.sendMethod(0, &amqp.ConnectionOpenOk{})
 	c.log.Debug("connection open", "user", c.user, "vhost", v.Name(), "heartbeat", c.heartbeat, "frame_max", c.frameMax)
 	return nil

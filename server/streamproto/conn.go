@@ -459,15 +459,17 @@ func (c *conn) open(frame []byte) bool {
 		return refuse("no permissions")
 	}
 	c.vhost, c.grant = v, grant
-	host, port := c.s.advertised(c.tc != nil)
-	c.write(&wire.OpenResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK, Properties: []wire.Property{
-		{Key: "advertised_host", Value: host}, {Key: "advertised_port", Value: itoa(port)},
-	}})
 	c.step = stepOpened
 	vh := m.VirtualHost
 	c.vhostName.Store(&vh)
 	c.r.SetMaxFrameSize(c.frameMax)
+	// Registered before the response: a client that opens another connection once this one is
+	// open finds it counted against the vhost's max-connections.
 	c.s.core.RegisterConn(c)
+	host, port := c.s.advertised(c.tc != nil)
+	c.write(&wire.OpenResponse{CorrelationID: m.CorrelationID, Code: wire.ResponseCodeOK, Properties: []wire.Property{
+		{Key: "advertised_host", Value: host}, {Key: "advertised_port", Value: itoa(port)},
+	}})
 	c.startHeartbeat()
 	c.log.Info("connection opened", c.logFields()...)
 	return false
