@@ -53,7 +53,7 @@ type conn struct {
 
 	clientProps amqp.Table // connection.start-ok's client properties; set before open
 	connectedAt time.Time
-	registered  bool         // RegisterConn was called (at connection.open); the conn goroutine's own
+	registered  bool         // RegisterConn was called (at connection.open); only the conn goroutine uses it
 	nChannels   atomic.Int32 // len(channels), for readers off the reader goroutine
 
 	capCancelNotify bool
