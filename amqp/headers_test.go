@@ -104,6 +104,9 @@ func FuzzWithHeader(f *testing.F) {
 	f.Add([]byte{0x20, 0x00, 0, 0, 0, 3, 1, 'k', 'V'}, "k2")
 	f.Add([]byte{0x20, 0x01, 0x00, 0x00, 0, 0, 0, 0}, "k")
 	f.Fuzz(func(t *testing.T, raw []byte, name string) {
+		if len(name) > 255 {
+			name = name[:255] // a table key is a shortstr; callers pass constant names
+		}
 		checkWithHeader(t, raw, name, int64(len(raw)))
 		checkWithHeader(t, raw, name, "s")
 		checkWithHeader(t, raw, name, nil)
