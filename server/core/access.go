@@ -936,17 +936,6 @@ func (b *Broker) vhostLimit(vhost, name string) int64 {
 // of a vhost with a connection limit.
 const peerCountTimeout = 2 * time.Second
 
-// LocalConnections counts this node's client connections to vhost.
-func (b *Broker) LocalConnections(vhost string) int {
-	n := 0
-	for _, ci := range b.Connections() {
-		if ci.VHost == vhost {
-			n++
-		}
-	}
-	return n
-}
-
 // CheckConnectionLimit is connection.open's check of the vhost's max-connections, counted across
 // the cluster as RabbitMQ does: this node's connections to it, then (while under the limit) those
 // of every other member that is up, asked over the cluster port. Only vhosts with a limit pay for

@@ -40,22 +40,35 @@ type ConnectionInfo struct {
 	id               uint64
 }
 
-// connRegistry holds the open client connections by registration order.
+// connRegistry holds the open client connections by registration order, and how many each vhost
+// has (max-connections checks them at every connection.open; counting them there would describe
+// every connection of the node).
 type connRegistry struct {
-	mu    sync.Mutex
-	next  uint64
-	conns map[ClientConn]uint64
+	mu      sync.Mutex
+	next    uint64
+	conns   map[ClientConn]registered
+	byVHost map[string]int
 }
 
-// RegisterConn adds an open connection (once its handshake is done); UnregisterConn removes it.
+// registered is a connection's registration: its order and its vhost.
+type registered struct {
+	id    uint64
+	vhost string
+}
+
+// RegisterConn adds an open connection (once its vhost is open, before the client is told);
+// UnregisterConn removes it.
 func (b *Broker) RegisterConn(c ClientConn) {
+	vhost := c.Info().VHost
 	r := &b.conns
 	r.mu.Lock()
 	if r.conns == nil {
-		r.conns = make(map[ClientConn]uint64)
+		r.conns = make(map[ClientConn]registered)
+		r.byVHost = make(map[string]int)
 	}
 	r.next++
-	r.conns[c] = r.next
+	r.conns[c] = registered{id: r.next, vhost: vhost}
+	r.byVHost[vhost]++
 	r.mu.Unlock()
 	b.stats.Inc(stats.ConnectionsOpened)
 }
@@ -64,12 +77,25 @@ func (b *Broker) RegisterConn(c ClientConn) {
 func (b *Broker) UnregisterConn(c ClientConn) {
 	r := &b.conns
 	r.mu.Lock()
-	_, was := r.conns[c]
-	delete(r.conns, c)
+	reg, was := r.conns[c]
+	if was {
+		delete(r.conns, c)
+		if r.byVHost[reg.vhost]--; r.byVHost[reg.vhost] == 0 {
+			delete(r.byVHost, reg.vhost)
+		}
+	}
 	r.mu.Unlock()
 	if was {
 		b.stats.Inc(stats.ConnectionsClosed)
 	}
+}
+
+// LocalConnections counts this node's client connections to vhost.
+func (b *Broker) LocalConnections(vhost string) int {
+	r := &b.conns
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byVHost[vhost]
 }
 
 // Connections lists the open connections, oldest first.
@@ -79,9 +105,9 @@ func (b *Broker) Connections() []ConnectionInfo {
 	out := make([]ConnectionInfo, 0, len(r.conns))
 	conns := make([]ClientConn, 0, len(r.conns))
 	ids := make([]uint64, 0, len(r.conns))
-	for c, id := range r.conns {
+	for c, reg := range r.conns {
 		conns = append(conns, c)
-		ids = append(ids, id)
+		ids = append(ids, reg.id)
 	}
 	r.mu.Unlock()
 	for i, c := range conns {
@@ -180,9 +206,9 @@ func (b *Broker) Channels() []ChannelInfo {
 		id uint64
 	}
 	ls := make([]entry, 0, len(r.conns))
-	for c, id := range r.conns {
+	for c, reg := range r.conns {
 		if l, ok := c.(ChannelLister); ok {
-			ls = append(ls, entry{l, id})
+			ls = append(ls, entry{l, reg.id})
 		}
 	}
 	r.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newTestBroker is a one-node core on a temporary data directory.
-func newTestBroker(t *testing.T, defaultUser string) *Broker {
+func newTestBroker(t testing.TB, defaultUser string) *Broker {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
