@@ -220,10 +220,20 @@ func TestCutOffFollowerForcesNoElection(t *testing.T) {
 	// The leader may have won with the other follower's vote while its vote request or first
 	// heartbeat to f is still on the way: f must be in the leader's term before the count starts,
 	// or that late message raises f's term inside the window.
+	// The other follower too: one that started an election of its own before it heard the leader
+	// sends f a vote request of a higher term, which may arrive inside the window.
 	lterm := ld.node.Group(1).raft.CurrentTerm()
-	waitFor(t, 10*time.Second, "the follower to follow the leader in its term", func() bool {
-		_, lid := g.raft.LeaderWithID()
-		return string(lid) == ld.id && g.raft.CurrentTerm() == lterm
+	waitFor(t, 10*time.Second, "both followers to follow the leader in its term", func() bool {
+		for _, tn := range c.nodes {
+			if tn == ld {
+				continue
+			}
+			tg := tn.node.Group(1)
+			if _, lid := tg.raft.LeaderWithID(); string(lid) != ld.id || tg.raft.CurrentTerm() != lterm {
+				return false
+			}
+		}
+		return ld.node.Group(1).raft.CurrentTerm() == lterm
 	})
 	term := g.raft.CurrentTerm()
 	// A cut link answers nothing: the peers' addresses accept connections that never answer
