@@ -38,6 +38,8 @@ fi
 args=(-v -count=1 -timeout 30m ./pkg/stream/ -args -ginkgo.no-color -ginkgo.v)
 [ -n "$FOCUS" ] && args+=("-ginkgo.focus=$FOCUS")
 GOFLAGS=-mod=mod GOPROXY=off go test "${args[@]}" 2>&1 | tee "$work/suite.log" | grep -E "^\s*\[FAIL\]"
+status=${PIPESTATUS[0]} # the suite's own result (grep finds no [FAIL] line when all pass)
 [ -n "$warren" ] && [ -n "${KEEP_LOG:-}" ] && cp "$work/warren.log" "$KEEP_LOG"
 cp "$work/suite.log" "${SUITE_LOG:-/tmp/stream-go-suite.log}"
 grep -E "Ran [0-9]+ of|Passed \|" "$work/suite.log" | tail -2
+exit "$status"
