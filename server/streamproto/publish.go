@@ -1,7 +1,7 @@
 package streamproto
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"time"
 
@@ -141,6 +141,10 @@ func (c *conn) queryPublisherSequence(frame []byte) error {
 // publish appends a publish frame's messages to the publisher's stream as one batch: they land
 // in one chunk (or a few, for a large batch) and are confirmed together.
 func (c *conn) publish(frame []byte) error {
+	// One copy of the frame, made before decoding it: the reader reuses the frame's buffer for
+	// the next frame, and the stream keeps the records (slices of the copy) until they are
+	// stored. bytes.Clone does not clear the memory it is about to fill, as make would.
+	frame = bytes.Clone(frame)
 	m := &c.pub
 	if err := m.Decode(frame); err != nil {
 		return err
@@ -155,13 +159,6 @@ func (c *conn) publish(frame []byte) error {
 		c.publishError(m.PublisherID, m.Messages, wire.ResponseCodePublisherDoesNotExist)
 		return nil
 	}
-	size := 0
-	for i := range m.Messages {
-		size += len(m.Messages[i].Data) + 11
-	}
-	// One copy of the frame's messages: the frame buffer is reused by the next read, the stream
-	// keeps the records until they are stored.
-	arena := make([]byte, 0, size)
 	recs := make([]stream.Record, len(m.Messages))
 	ids := make([]uint64, len(m.Messages))
 	var bad []wire.PublishingError
@@ -174,19 +171,15 @@ func (c *conn) publish(frame []byte) error {
 			continue
 		}
 		ids[n] = pm.PublishingID
-		start := len(arena)
-		if pm.SubBatch {
-			// The entry as osiris stores it (stream.Record.Raw): flag and compression, record
-			// count, uncompressed and stored sizes, body.
-			arena = append(arena, 0x80|byte(pm.Compression)<<4)
-			arena = binary.BigEndian.AppendUint16(arena, pm.Records)
-			arena = binary.BigEndian.AppendUint32(arena, pm.UncompressedSize)
-			arena = binary.BigEndian.AppendUint32(arena, uint32(len(pm.Data)))
-		}
-		arena = append(arena, pm.Data...)
 		r := &recs[n]
 		n++
-		r.Raw = arena[start:len(arena):len(arena)]
+		r.Raw = pm.Data
+		if pm.SubBatch {
+			// A sub-entry batch's Raw is the frame's encoding of it: flags and compression,
+			// record count, uncompressed and stored sizes, body (the chunk builder writes the
+			// flags byte again without the frame's reserved bits).
+			r.Raw = pm.Entry
+		}
 		if len(pm.FilterValue) > 0 {
 			r.FilterValue = string(pm.FilterValue)
 		}

@@ -134,6 +134,12 @@ type PublishedMessage struct {
 	// FilterValue is the message's filter value (version 2); nil when absent (length -1).
 	FilterValue []byte
 	Data        []byte
+	// Entry is how Decode found the message in the frame, after its publishing id and filter
+	// value: a sub-entry batch's 11-byte header (flags, record count, uncompressed and stored
+	// sizes) followed by Data, or Data alone for a simple entry. A caller that keeps its own copy
+	// of the frame can store a sub-entry batch from it as osiris does without building the header
+	// again. Append ignores it.
+	Entry []byte
 
 	SubBatch         bool
 	Compression      Compression
@@ -275,8 +281,10 @@ func (d *decoder) entry(m *PublishedMessage, v uint16) {
 	if d.b[d.off]&0x80 == 0 {
 		size := d.u32("message size")
 		m.Data = d.take("message", int(size))
+		m.Entry = m.Data
 		return
 	}
+	start := d.off
 	if v != Version1 {
 		d.fail("message", "sub-entry batch in publish version %d", v)
 		return
@@ -291,6 +299,7 @@ func (d *decoder) entry(m *PublishedMessage, v uint16) {
 	if d.err != nil {
 		return
 	}
+	m.Entry = d.b[start:d.off:d.off]
 	switch {
 	case m.Compression > MaxKnownCompression:
 		d.fail("sub-entry compression", "unknown compression type %d", m.Compression)

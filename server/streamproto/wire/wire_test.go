@@ -107,6 +107,9 @@ func normalize(c Command) Command {
 	switch x := c.(type) {
 	case *Publish:
 		x.Vers = x.Version()
+		for i := range x.Messages {
+			x.Messages[i].Entry = nil // checked by TestPublishEntryIsTheFramesEncoding
+		}
 	case *Deliver:
 		x.Vers = x.Version()
 	}
@@ -517,4 +520,35 @@ func readFiles(names ...string) string {
 		}
 	}
 	return string(all)
+}
+
+// TestPublishEntryIsTheFramesEncoding checks Entry against the encoding Append writes: the body
+// alone for a simple entry, the 11-byte sub-entry header and the body for a batch.
+func TestPublishEntryIsTheFramesEncoding(t *testing.T) {
+	in := &Publish{PublisherID: 1, Messages: []PublishedMessage{
+		{PublishingID: 1, Data: []byte("plain")},
+		{PublishingID: 2, Data: []byte("batched"), SubBatch: true, Compression: CompressionGzip, Records: 1, UncompressedSize: 40},
+		{PublishingID: 3, Data: []byte{}},
+	}}
+	frame, err := in.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Publish
+	if err := out.Decode(frame[4:]); err != nil { // the frame without its size
+		t.Fatal(err)
+	}
+	want := [][]byte{
+		[]byte("plain"),
+		append([]byte{0x80 | byte(CompressionGzip)<<4, 0, 1, 0, 0, 0, 40, 0, 0, 0, 7}, "batched"...),
+		{},
+	}
+	for i, m := range out.Messages {
+		if !bytes.Equal(m.Entry, want[i]) {
+			t.Errorf("message %d: Entry %x, want %x", i, m.Entry, want[i])
+		}
+		if cap(m.Entry) != len(m.Entry) {
+			t.Errorf("message %d: Entry's capacity %d reaches past it (%d bytes)", i, cap(m.Entry), len(m.Entry))
+		}
+	}
 }
