@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // TestClientSuitesAsProvisionedUsers provisions what test setups and deployment tools do,
@@ -26,7 +28,7 @@ func TestClientSuitesAsProvisionedUsers(t *testing.T) {
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warren/server/netserve"
 )
 
 const (
@@ -215,7 +217,7 @@ func (b *broker) PID() int {
 func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := netserve.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -245,16 +247,6 @@ func launchBroker(bin, dataDir string, extraArgs ...string) (*broker, error) {
 		return b, nil
 	}
 	return nil, lastErr
-}
-
-// freePort asks the kernel for a loopback port that is free right now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitAccepting polls until the broker accepts a TCP connection, its process exits, or d passes.

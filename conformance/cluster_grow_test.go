@@ -12,6 +12,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // TestClusterJoinedNodeGrowsReplicas: a node that joins a running cluster gets a replica of a
@@ -23,7 +25,7 @@ func TestClusterJoinedNodeGrowsReplicas(t *testing.T) {
 		t.Skip("starts four broker processes")
 	}
 	c := newTestCluster(t, 4)
-	ports, err := freeLoopbackPorts(1)
+	ports, err := netserve.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // clusterContractHint is appended to start failures: until clustering lands, the binary refuses
@@ -51,27 +52,6 @@ type testCluster struct {
 	Nodes []*clusterNode
 }
 
-// freeLoopbackPorts returns n distinct loopback ports that are free right now. The listeners are
-// held until all ports are chosen, so the kernel cannot hand out the same port twice.
-func freeLoopbackPorts(n int) ([]int, error) {
-	lns := make([]net.Listener, 0, n)
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // newTestCluster prepares n nodes n1..nN (free ports, own data directories) whose --cluster-peers
 // name all of them. It starts nothing. Every running process is stopped with SIGTERM when the
 // test ends; on failure the logs of every node are printed.
@@ -80,7 +60,7 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren processes; %s is set", envAddr)
 	}
-	ports, err := freeLoopbackPorts(2 * n)
+	ports, err := netserve.FreePorts(2 * n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // failoverHarness is the shared state of the failover test's publisher and consumer. Each keeps
@@ -687,7 +689,7 @@ func TestClusterMetadataReplicated(t *testing.T) {
 func TestClusterPeersDisagree(t *testing.T) {
 	const want = "cluster peers disagree"
 	c := newTestCluster(t, 3)
-	ports, err := freeLoopbackPorts(1)
+	ports, err := netserve.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"warren/server/netserve"
 )
 
 // runCtl runs `warren ctl args...` against the HTTP API at url and returns stdout, stderr and
@@ -87,7 +89,7 @@ func TestCtlStreamsLag(t *testing.T) {
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
-	ports, err := freeLoopbackPorts(2)
+	ports, err := netserve.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,7 @@ func TestCtlQuorumMembership(t *testing.T) {
 		t.Skip("starts three broker processes")
 	}
 	c := newTestCluster(t, 3)
-	ports, err := freeLoopbackPorts(1)
+	ports, err := netserve.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

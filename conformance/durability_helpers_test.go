@@ -27,6 +27,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // node is one data directory and the warren process currently running on it. Restarts start a
@@ -237,7 +239,7 @@ func expectNotFound(t testing.TB, what string, err error) {
 // running after d, it is killed and the test fails.
 func serveToExit(t testing.TB, dataDir string, d time.Duration) (int, string) {
 	t.Helper()
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // TestShutdownSignal sends SIGTERM (and, separately, SIGINT) to a broker with connected
@@ -125,7 +127,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	if testEnv.bin == "" {
 		t.Skipf("needs the warren binary; %s is set", envAddr)
 	}
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

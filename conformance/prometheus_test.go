@@ -18,6 +18,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	streamamqp "github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"warren/server/netserve"
 )
 
 // TestPrometheusServerScrapesWarren runs Debian's real Prometheus server (package prometheus)
@@ -36,12 +38,12 @@ func TestPrometheusServerScrapesWarren(t *testing.T) {
 		}
 		t.Skip("no prometheus or promtool on PATH (Debian: apt-get install prometheus)")
 	}
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	exporter := fmt.Sprintf("127.0.0.1:%d", port)
-	sport, err := freePort()
+	sport, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pport, err := freePort()
+	pport, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

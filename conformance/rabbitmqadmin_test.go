@@ -17,6 +17,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"warren/server/netserve"
 )
 
 // rabbitmqadminPath is RabbitMQ's own management CLI (the script a RabbitMQ node serves at
@@ -59,7 +61,7 @@ func TestRabbitmqadminWarren(t *testing.T) {
 	if testEnv.bin == "" {
 		t.Skipf("needs its own warren process; %s is set", envAddr)
 	}
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

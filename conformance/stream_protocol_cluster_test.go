@@ -16,6 +16,8 @@ import (
 
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"warren/server/netserve"
 )
 
 func streamEnvOn(t *testing.T, nd *clusterNode) *stream.Environment {
@@ -76,7 +78,7 @@ func publishStream(t *testing.T, p *stream.Producer, prefix string, n int) {
 
 func TestStreamProtocolClusterLeaderKill(t *testing.T) {
 	c := newTestCluster(t, 3)
-	ports, err := freeLoopbackPorts(3)
+	ports, err := netserve.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}

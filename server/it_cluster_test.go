@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"warren/server"
+	"warren/server/netserve"
 )
 
 // testCluster is three in-process brokers forming one cluster over loopback.
@@ -25,27 +25,21 @@ type testCluster struct {
 	urls  []string
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func newTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
 	if againstRabbitMQ() {
 		t.Skip("starts its own cluster of in-process brokers")
 	}
 	tc := &testCluster{t: t, peers: map[string]string{}}
+	ports, err := netserve.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("n%d", i+1)
 		tc.ids = append(tc.ids, id)
 		tc.dirs = append(tc.dirs, t.TempDir())
-		tc.peers[id] = freeAddr(t)
+		tc.peers[id] = fmt.Sprintf("127.0.0.1:%d", ports[i])
 	}
 	tc.srvs = make([]*server.Server, n)
 	tc.lws = make([]*testLogWriter, n)

@@ -26,6 +26,8 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+
+	"warren/server/netserve"
 )
 
 // cpuTicks returns a process's user+system CPU time in clock ticks (0 if unknown).
@@ -74,17 +76,12 @@ func benchTargets(b *testing.B) []benchTarget {
 	return out
 }
 
-func freePort(b *testing.B) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func startWarrenProcess(b *testing.B, bin string) benchTarget {
+	ports, err := netserve.FreePorts(2)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func startWarrenProcess(b *testing.B, bin string) benchTarget {
-	sp, ap := freePort(b), freePort(b)
+	sp, ap := ports[0], ports[1]
 	dir := b.TempDir()
 	cmd := exec.Command(bin, "serve", "--amqp-listen", fmt.Sprintf("127.0.0.1:%d", ap), "--http-listen", "",
 		"--stream-listen", fmt.Sprintf("127.0.0.1:%d", sp), "--data-dir", filepath.Join(dir, "data"), "--log-level", "warn")

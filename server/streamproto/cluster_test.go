@@ -24,6 +24,7 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 
 	"warren/server"
+	"warren/server/netserve"
 	"warren/server/streamproto/wire"
 	"warren/stream/osiris"
 )
@@ -45,14 +46,14 @@ type testCluster struct {
 	edit  func(i int, cfg *server.Config) // applied to node i's configuration at each start
 }
 
-func freeTCPPort(t *testing.T) int {
+// freeTCPPorts returns n distinct free loopback ports (netserve.FreePorts).
+func freeTCPPorts(t *testing.T, n int) []int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := netserve.FreePorts(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // startCluster starts n brokers forming one cluster; each advertises host "localhost" and its
@@ -70,9 +71,10 @@ func startClusterWith(t *testing.T, n int, edit func(i int, cfg *server.Config))
 		t.Skip("starts its own cluster of in-process brokers")
 	}
 	tc := &testCluster{t: t, peers: map[string]string{}, edit: edit}
+	ports := freeTCPPorts(t, 2*n)
 	for i := range n {
-		nd := &testNode{id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), streamPort: freeTCPPort(t)}
-		nd.clusterAddr = fmt.Sprintf("127.0.0.1:%d", freeTCPPort(t))
+		nd := &testNode{id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), streamPort: ports[2*i]}
+		nd.clusterAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
 		tc.peers[nd.id] = nd.clusterAddr
 		tc.nodes = append(tc.nodes, nd)
 	}
@@ -284,7 +286,7 @@ func TestClusterMetadataNamesLeaderAndReplicas(t *testing.T) {
 	ri := (li + 1) % 3
 	asker := (li + 2) % 3
 	tc.stop(ri)
-	tc.nodes[ri].streamPort = freeTCPPort(t)
+	tc.nodes[ri].streamPort = freeTCPPorts(t, 1)[0]
 	if err := tc.start(ri); err != nil {
 		t.Fatalf("restart %s: %v", tc.nodes[ri].id, err)
 	}

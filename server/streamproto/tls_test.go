@@ -61,7 +61,8 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 		t.Skip("starts its own broker with a TLS listener")
 	}
 	pki := tlstest.New(t)
-	plainPort, tlsPort := freeTCPPort(t), freeTCPPort(t)
+	ports := freeTCPPorts(t, 2)
+	plainPort, tlsPort := ports[0], ports[1]
 	cfg := server.DefaultConfig()
 	cfg.AMQPListen = "127.0.0.1:0"
 	cfg.StreamListen = fmt.Sprintf("127.0.0.1:%d", plainPort)
@@ -122,7 +123,7 @@ func TestTLSMetadataSingleNode(t *testing.T) {
 // asked over plain TCP, by the plain ports.
 func TestTLSMetadataCluster(t *testing.T) {
 	pki := tlstest.New(t)
-	tlsPorts := []int{freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)}
+	tlsPorts := freeTCPPorts(t, 3)
 	tc := startClusterWith(t, 3, func(i int, cfg *server.Config) {
 		cfg.StreamTLSListen = fmt.Sprintf("127.0.0.1:%d", tlsPorts[i])
 		cfg.TLS = tlsconf.Options{CertFile: pki.CertFile, KeyFile: pki.KeyFile}

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"warren/server/cluster"
+	"warren/server/netserve"
 )
 
 // The stream scenarios of issue 14: publishing with confirms while a consumer reads along (one
@@ -197,18 +198,9 @@ type benchCluster struct {
 }
 
 func startBenchCluster(ctx context.Context, bin string, n int) (*benchCluster, error) {
-	ports := make([]int, 0, 2*n)
-	lns := make([]net.Listener, 0, 2*n)
-	for range 2 * n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
+	ports, err := netserve.FreePorts(2 * n)
+	if err != nil {
+		return nil, err
 	}
 	bc := &benchCluster{}
 	var peers []string

@@ -22,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"warren/server/cluster"
+	"warren/server/netserve"
 )
 
 // ClusterConfig configures `warren perf cluster`: the per-queue cost of quorum queues on a
@@ -153,17 +154,13 @@ func startWarrenCluster(ctx context.Context, bin string, n int, profileDir strin
 	}
 	tc := &testCluster{base: base}
 	var peers []string
+	ports, err := netserve.FreePorts(2 * n)
+	if err != nil {
+		tc.stop()
+		return nil, err
+	}
 	for i := 1; i <= n; i++ {
-		ap, err := freePort()
-		if err != nil {
-			tc.stop()
-			return nil, err
-		}
-		cp, err := freePort()
-		if err != nil {
-			tc.stop()
-			return nil, err
-		}
+		ap, cp := ports[2*i-2], ports[2*i-1]
 		nd := &clusterNode{
 			id:          fmt.Sprintf("n%d", i),
 			uri:         fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", ap),

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"warren/server/netserve"
 )
 
 // brokerProc is a Warren broker the bench starts itself: `<bin> serve` on a free loopback
@@ -58,7 +60,7 @@ func (b *brokerProc) start(ctx context.Context) error {
 	port := b.port
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = netserve.FreePort(); err != nil {
 			return err
 		}
 	}
@@ -167,16 +169,6 @@ func (b *brokerProc) stopKeepData() {
 func (b *brokerProc) close() {
 	b.stop()
 	_ = os.RemoveAll(b.base)
-}
-
-// freePort asks the kernel for an unused loopback TCP port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // readRSS returns the resident set size of process pid in bytes, from /proc/PID/status.

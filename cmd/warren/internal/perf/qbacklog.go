@@ -19,6 +19,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/urfave/cli/v2"
+
+	"warren/server/netserve"
 )
 
 // `warren perf quorum-backlog` fills one quorum queue on a 3-node cluster of the given binaries
@@ -123,12 +125,12 @@ func backlogOne(ctx context.Context, cfg BacklogConfig, label, bin string) (Back
 	defer os.RemoveAll(base)
 	nodes := make([]*backlogNode, 3)
 	var peers []string
+	ports, err := netserve.FreePorts(2 * len(nodes))
+	if err != nil {
+		return res, err
+	}
 	for i := range nodes {
-		a, err1 := freePort()
-		c, err2 := freePort()
-		if err := errors.Join(err1, err2); err != nil {
-			return res, err
-		}
+		a, c := ports[2*i], ports[2*i+1]
 		n := &backlogNode{id: fmt.Sprintf("n%d", i+1), amqpAddr: fmt.Sprintf("127.0.0.1:%d", a),
 			clusterAddr: fmt.Sprintf("127.0.0.1:%d", c), dir: filepath.Join(base, fmt.Sprintf("n%d", i+1))}
 		nodes[i] = n

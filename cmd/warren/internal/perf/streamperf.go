@@ -20,6 +20,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"warren/server/netserve"
 	"warren/server/streamproto/wire"
 )
 
@@ -196,7 +197,7 @@ func StreamBench(ctx context.Context, cfg StreamConfig) error {
 
 // startStreamWarren starts the bench's Warren with a stream listener on a free port.
 func startStreamWarren(ctx context.Context, t *streamTarget) error {
-	port, err := freePort()
+	port, err := netserve.FreePort()
 	if err != nil {
 		return err
 	}
