@@ -636,6 +636,40 @@ func TestITStreamAcksAreCredit(t *testing.T) {
 	noDelivery(t, d, quiet)
 }
 
+// TestITStreamCreditReturnsInRuns: with a prefetch of 8 or more, a consumer that used its credit
+// gets more once acks have returned a quarter of the prefetch, all of that quarter at once, not one
+// delivery per ack (Warren's batching; RabbitMQ delivers whole chunks, which this test's one-message
+// chunks would make one per ack).
+func TestITStreamCreditReturnsInRuns(t *testing.T) {
+	url := startBroker(t)
+	skipWarrenOnly(t, "delivering a stream in runs of a quarter of the prefetch")
+	c := mustDial(t, url)
+	pub := mustConfirmChannel(t, c)
+	s := declareStream(t, url, pub, "s", nil)
+	publishStream(t, pub, s, bodiesFrom(0, 70)...)
+
+	ch, d := consumeStream(t, c, s, 40, amqp.Table{"x-stream-offset": "first"})
+	got := recvStream(t, ch, d, 40, false)
+	expectStream(t, "first window", got, 0)
+	noDelivery(t, d, quiet)
+	for i := range 9 {
+		if err := ch.Ack(got[i].tag, false); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	noDelivery(t, d, quiet) // 9 of the 10 the cursor waits for
+	if err := ch.Ack(got[9].tag, false); err != nil {
+		t.Fatalf("ack 9: %v", err)
+	}
+	expectStream(t, "after the tenth ack", recvStream(t, ch, d, 10, false), 40)
+	noDelivery(t, d, quiet)
+	// Acking everything returns the whole prefetch: the rest of the stream comes.
+	if err := ch.Ack(0, true); err != nil {
+		t.Fatalf("ack all: %v", err)
+	}
+	expectStream(t, "rest", recvStream(t, ch, d, 20, false), 50)
+}
+
 // TestITStreamPublisherConfirms: confirms of asynchronous publishes all come;
 // the messages are all in the log, in order, with their properties.
 func TestITStreamPublisherConfirms(t *testing.T) {
