@@ -623,7 +623,10 @@ func (c *cursor) commit() {
 		moved = true
 		n++
 	}
-	c.track = append(c.track[:0], c.track[n:]...)
+	// Drop the committed ones from the front without moving the rest: appends reallocate (and copy
+	// only what is still tracked) when the array's end is reached, so an ack costs O(1) amortized
+	// instead of a copy of up to the prefetch's offsets.
+	c.track = c.track[n:]
 	off := c.committed
 	c.mu.Unlock()
 	if moved {
