@@ -84,7 +84,8 @@ func runFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "quiet", Usage: "no progress lines on stderr"},
 		&cli.BoolFlag{Name: "predeclared", Usage: "the queues and exchange exist: declare, bind and delete nothing"},
 		&cli.BoolFlag{Name: "no-declare-cleanup", Usage: "leave the declared queues and exchange in place"},
-		&cli.StringFlag{Name: "client", Value: clientAMQP091, Usage: "AMQP client of producers and consumers: amqp091 (amqp091-go, as applications use) or lean (the tool's own one-goroutine client: less latency of its own; no confirms, no streams)"},
+		&cli.StringFlag{Name: "client", Value: clientAMQP091, Usage: "AMQP client of producers and consumers: amqp091 (amqp091-go, as applications use) or lean (the tool's own one-goroutine client: less latency and CPU of its own; no confirms)"},
+		&cli.StringFlag{Name: "consumer-client", Usage: "AMQP client of the consumers when it differs from --client's: lean consumers with amqp091 producers that need confirms"},
 		&cli.IntFlag{Name: "connections-only", Usage: "open `N` idle connections with one channel each, hold them for --duration, close them"},
 	}
 }
@@ -128,6 +129,7 @@ func runAction(c *cli.Context) error {
 		NoCleanup:           c.Bool("no-declare-cleanup"),
 		ConnectionsOnly:     c.Int("connections-only"),
 		Client:              c.String("client"),
+		ConsumerClient:      c.String("consumer-client"),
 	}
 	if cfg.Size < headerSize {
 		return fmt.Errorf("--size %d is below the %d-byte header (producer id, sequence, send time)", cfg.Size, headerSize)

@@ -15,9 +15,10 @@ import (
 	wire "warren/amqp"
 )
 
-// leanConn is the load tool's own minimal AMQP 0-9-1 client, used with --client lean. It
-// speaks just enough of the protocol for one channel that publishes without confirms or
-// consumes with acks, and it does so on the caller's goroutine: a publish is one write
+// leanConn is the load tool's own minimal AMQP 0-9-1 client, used with --client lean (and
+// --consumer-client lean). It speaks just enough of the protocol for one channel that
+// publishes without confirms or consumes with acks (from a queue, a stream or a super stream's
+// consumer group: consume arguments are passed through), and it does so on the caller's goroutine: a publish is one write
 // system call, a delivery is read by the goroutine that handles it, an ack is written by
 // that goroutine too. amqp091-go hands each delivery through two goroutines (its reader and
 // its consumer buffer) before the application sees it; on a small machine every hand-off is
@@ -187,8 +188,9 @@ func (l *leanConn) publish(exchange, key string, deliveryMode uint8, body []byte
 	return err
 }
 
-// consume sets the prefetch (if qos > 0) and starts a consumer on queue.
-func (l *leanConn) consume(queue string, qos int, autoAck bool) error {
+// consume sets the prefetch (if qos > 0) and starts a consumer on queue with args (such as
+// x-stream-offset; nil for none).
+func (l *leanConn) consume(queue string, qos int, autoAck bool, args wire.Table) error {
 	if qos > 0 {
 		if err := l.send(leanChannel, &wire.BasicQos{PrefetchCount: uint16(qos)}); err != nil {
 			return err
@@ -197,7 +199,7 @@ func (l *leanConn) consume(queue string, qos int, autoAck bool) error {
 			return err
 		}
 	}
-	if err := l.send(leanChannel, &wire.BasicConsume{Queue: queue, NoAck: autoAck}); err != nil {
+	if err := l.send(leanChannel, &wire.BasicConsume{Queue: queue, NoAck: autoAck, Arguments: args}); err != nil {
 		return err
 	}
 	ok := &wire.BasicConsumeOk{}

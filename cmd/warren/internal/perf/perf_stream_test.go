@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -27,6 +28,55 @@ func TestRunStreamFillThenReadFromFirst(t *testing.T) {
 	}
 	if len(res.Errors) > 0 {
 		t.Fatalf("client errors: %v", res.Errors)
+	}
+}
+
+// TestRunLeanConsumersOfASuperStreamGroup fills a 4-partition super stream through amqp091-go
+// publishers with confirms and reads it back with lean consumers of one consumer group: the
+// consume arguments reach the broker (every message once, from first) through ConsumerClient.
+func TestRunLeanConsumersOfASuperStreamGroup(t *testing.T) {
+	uri := startBroker(t)
+	res, err := Run(context.Background(), RunConfig{
+		URI: uri, Producers: 1, Consumers: 2, Size: 64, Confirm: 100, QoS: 100, Persistent: true,
+		QueueType: "stream", StreamOffset: "first", PMessages: 2000, ConsumeAfterPublish: true,
+		Exchange: "perf-test-super", Partitions: 4, ConsumerGroup: "g", ConsumerClient: clientLean,
+		DrainIdle: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Confirmed != 2000 || res.Consumed != 2000 || res.Lost != 0 || res.Duplicates != 0 {
+		t.Fatalf("confirmed %d, consumed %d, lost %d, duplicates %d: want 2000, 2000, 0, 0",
+			res.Confirmed, res.Consumed, res.Lost, res.Duplicates)
+	}
+	if len(res.Errors) > 0 {
+		t.Fatalf("client errors: %v", res.Errors)
+	}
+}
+
+// TestReadFromFirstCountsAStream replays a stream with readFromFirst (S13's replay): it reads
+// every message, and asking for more than the stream holds ends at the timeout with an error.
+func TestReadFromFirstCountsAStream(t *testing.T) {
+	uri := startBroker(t)
+	cfg := RunConfig{
+		URI: uri, Producers: 1, Size: 64, Confirm: 100, QoS: 100, Persistent: true, QueueType: "stream",
+		PMessages: 3000, NoCleanup: true,
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("fill: %v", err)
+	}
+	if res.Confirmed != 3000 {
+		t.Fatalf("fill: confirmed %d of 3000", res.Confirmed)
+	}
+	cfg.setDefaults()
+	q := fmt.Sprintf(cfg.QueuePattern, 1)
+	rate, err := readFromFirst(context.Background(), uri, q, 3000, time.Minute)
+	if err != nil || rate <= 0 {
+		t.Fatalf("readFromFirst: rate %v, %v", rate, err)
+	}
+	if _, err := readFromFirst(context.Background(), uri, q, 3001, 2*time.Second); err == nil {
+		t.Fatal("readFromFirst of 3,001 messages from a stream of 3,000 succeeded")
 	}
 }
 

@@ -428,7 +428,7 @@ func TestValidate(t *testing.T) {
 		{URI: "x", Producers: 1, Consumers: 1, ExchangeType: "headers", Duration: time.Second},
 		{URI: "x", Producers: 1, Consumers: 1},
 		{URI: "x", Producers: 1, Consumers: 1, Client: clientLean, Confirm: 10, Duration: time.Second},
-		{URI: "x", Producers: 1, Consumers: 1, Client: clientLean, QueueType: "stream", QoS: 10, Duration: time.Second},
+		{URI: "x", Producers: 1, Consumers: 1, ConsumerClient: "java", Duration: time.Second},
 		{URI: "x", Producers: 1, Consumers: 1, Client: "java", Duration: time.Second},
 	} {
 		c.setDefaults()

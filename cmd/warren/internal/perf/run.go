@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	wire "warren/amqp"
 )
 
 // headerSize is the smallest message body: every body starts with the producer id (2 bytes),
@@ -59,8 +61,12 @@ type RunConfig struct {
 
 	// Client is the AMQP client of the producers and consumers: "amqp091" (default), the
 	// Go client applications use, or "lean", the tool's own single-goroutine client (see
-	// leanConn), which adds less of its own latency. Lean does not do confirms or streams.
+	// leanConn), which adds less of its own latency and CPU. Lean does not do confirms.
 	Client string
+	// ConsumerClient, when set, is the consumers' client instead of Client: lean consumers
+	// with amqp091 producers that need confirms, so that reading a stream back measures the
+	// broker rather than amqp091-go's hand-offs.
+	ConsumerClient string
 
 	// ConsumeAfterPublish starts the consumers only once every producer has finished and its
 	// confirms are in: the queue is filled as a backlog, then drained.
@@ -117,6 +123,9 @@ func (c *RunConfig) setDefaults() {
 	if c.Client == "" {
 		c.Client = clientAMQP091
 	}
+	if c.ConsumerClient == "" {
+		c.ConsumerClient = c.Client
+	}
 }
 
 // The clients --client chooses from.
@@ -162,14 +171,13 @@ func (c *RunConfig) validate() error {
 	if c.Predeclared && c.Exchange == "" && c.ExchangeType == "fanout" {
 		return errors.New("--predeclared with a fanout exchange needs its name: --exchange NAME")
 	}
-	switch c.Client {
-	case clientAMQP091:
-	case clientLean:
-		if c.Confirm > 0 || c.QueueType == "stream" {
-			return errors.New("--client lean does not do confirms or streams: use --client amqp091")
+	for _, client := range []string{c.Client, c.ConsumerClient} {
+		if client != clientAMQP091 && client != clientLean {
+			return fmt.Errorf("unknown client %q: want %s or %s", client, clientAMQP091, clientLean)
 		}
-	default:
-		return fmt.Errorf("unknown client %q: want %s or %s", c.Client, clientAMQP091, clientLean)
+	}
+	if c.Client == clientLean && c.Confirm > 0 {
+		return errors.New("--client lean does not do confirms: use --client amqp091 (and --consumer-client lean)")
 	}
 	if c.AutoAck && c.MultiAckEvery > 0 {
 		return errors.New("--multi-ack-every needs manual acks: drop --auto-ack")
@@ -727,15 +735,15 @@ func (r *runner) startConsumers() error {
 			c.track = c.queue
 		}
 		name := fmt.Sprintf("warren-perf consumer %d", i)
-		if r.cfg.Client == clientLean {
-			l, err := dialLean(r.cfg.URI, name)
+		if r.cfg.ConsumerClient == clientLean {
+			l, err := dialLean(uri, name)
 			if err != nil {
 				return fail(err)
 			}
 			c.lean = l
 			started = append(started, c)
-			if err := l.consume(r.queues[c.queue], r.cfg.QoS, r.cfg.AutoAck); err != nil {
-				return fail(fmt.Errorf("consumer %d: consume from %q: %w", i, r.queues[c.queue], err))
+			if err := l.consume(consumeFrom(c.queue), r.cfg.QoS, r.cfg.AutoAck, wire.Table(args)); err != nil {
+				return fail(fmt.Errorf("consumer %d: consume from %q: %w", i, consumeFrom(c.queue), err))
 			}
 			continue
 		}
