@@ -99,8 +99,8 @@ bench: build
 
 # The stream protocol (issue 17): `warren perf stream` publishes with confirms and consumes, 12 B
 # and 1 KB, Warren (bin/warren started per run) and the reference RabbitMQ's stream port in the
-# same run, median of 3; it replaces its own section of docs/benchmarks.md (after perf bench,
-# which rewrites the page).
+# same run, median of 3; it replaces its own section of docs/benchmarks.md, as perf bench does
+# its own: the sections written by hand stay.
 BENCH_STREAM_REF   ?= rabbitmq-stream://guest:guest@127.0.0.1:5562/%2f
 BENCH_STREAM_FLAGS ?=
 bench-stream: build

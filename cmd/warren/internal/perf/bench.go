@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -631,11 +629,9 @@ func Bench(ctx context.Context, cfg BenchConfig) error {
 	}
 	fmt.Fprint(cfg.Stdout, rep.table())
 	if cfg.Out != "" {
-		if err := os.MkdirAll(filepath.Dir(cfg.Out), 0o755); err != nil {
-			return fmt.Errorf("create directory for %s: %w", cfg.Out, err)
-		}
-		if err := os.WriteFile(cfg.Out, []byte(rep.markdown()), 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", cfg.Out, err)
+		section := benchSectionBegin + "\n" + rep.markdown() + benchSectionEnd + "\n"
+		if err := replaceSection(cfg.Out, section, benchSectionBegin, benchSectionEnd, true); err != nil {
+			return err
 		}
 		fmt.Fprintf(cfg.Log, "wrote %s\n", cfg.Out)
 	}

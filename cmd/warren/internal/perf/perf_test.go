@@ -359,6 +359,39 @@ func TestBenchAgainstInProcessBroker(t *testing.T) {
 	}
 }
 
+// TestReplaceSectionKeepsTheRest: a report replaces only its own marked section of the page, so
+// `make bench` keeps what is written by hand and the other report's section.
+func TestReplaceSectionKeepsTheRest(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "benchmarks.md")
+	bench := func(body string) string { return benchSectionBegin + "\n" + body + "\n" + benchSectionEnd + "\n" }
+	stream := func(body string) string { return streamSectionBegin + "\n" + body + "\n" + streamSectionEnd + "\n" }
+	if err := os.WriteFile(out, []byte("## Notes by hand\n\nkept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		section, begin, end string
+		prepend             bool
+	}{
+		{bench("# Benchmarks\nfirst bench"), benchSectionBegin, benchSectionEnd, true},
+		{stream("first stream"), streamSectionBegin, streamSectionEnd, false},
+		{bench("# Benchmarks\nsecond bench"), benchSectionBegin, benchSectionEnd, true},
+		{stream("second stream"), streamSectionBegin, streamSectionEnd, false},
+	}
+	for _, st := range steps {
+		if err := replaceSection(out, st.section, st.begin, st.end, st.prepend); err != nil {
+			t.Fatal(err)
+		}
+	}
+	md, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bench("# Benchmarks\nsecond bench") + "\n## Notes by hand\n\nkept\n\n" + stream("second stream")
+	if string(md) != want {
+		t.Fatalf("page:\n%s\nwant:\n%s", md, want)
+	}
+}
+
 func TestHistogramQuantiles(t *testing.T) {
 	var h histogram
 	r := rand.New(rand.NewPCG(1, 2))

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,7 +186,7 @@ func StreamBench(ctx context.Context, cfg StreamConfig) error {
 	rep := streamReport(cfg, targets, results, started, loadStart, syncStart)
 	fmt.Fprint(cfg.Stdout, rep)
 	if cfg.Out != "" {
-		if err := replaceSection(cfg.Out, rep); err != nil {
+		if err := replaceSection(cfg.Out, rep, streamSectionBegin, streamSectionEnd, false); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Log, "wrote %s\n", cfg.Out)
@@ -475,11 +474,6 @@ func streamMedian(vs []float64) float64 {
 	return s[len(s)/2]
 }
 
-const (
-	streamSectionBegin = "<!-- warren perf stream: begin -->"
-	streamSectionEnd   = "<!-- warren perf stream: end -->"
-)
-
 func streamReport(cfg StreamConfig, targets []*streamTarget, results map[string]map[int][]streamRun, started time.Time, loadStart, syncStart string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n## Stream protocol throughput (issue 17)\n\n", streamSectionBegin)
@@ -580,29 +574,4 @@ func redactURI(uri string) string {
 		}
 	}
 	return uri
-}
-
-// replaceSection puts section (which starts and ends with the markers) in place of the file's
-// marked section, or appends it.
-func replaceSection(path, section string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	s := string(old)
-	i := strings.Index(s, streamSectionBegin)
-	j := strings.Index(s, streamSectionEnd)
-	switch {
-	case i >= 0 && j > i:
-		s = s[:i] + strings.TrimSuffix(section, "\n") + s[j+len(streamSectionEnd):]
-	default:
-		if s != "" && !strings.HasSuffix(s, "\n\n") {
-			s = strings.TrimRight(s, "\n") + "\n\n"
-		}
-		s += section
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
 }
