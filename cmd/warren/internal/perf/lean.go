@@ -17,10 +17,10 @@ import (
 
 // leanConn is the load tool's own minimal AMQP 0-9-1 client, used with --client lean (and
 // --consumer-client lean). It speaks just enough of the protocol for one channel that
-// publishes without confirms or consumes with acks (from a queue, a stream or a super stream's
-// consumer group: consume arguments are passed through), and it does so on the caller's goroutine: a publish is one write
-// system call, a delivery is read by the goroutine that handles it, an ack is written by
-// that goroutine too. amqp091-go hands each delivery through two goroutines (its reader and
+// publishes without confirms or consumes with acks (from a queue, a stream or a super
+// stream's consumer group: consume arguments are passed through), and it does so on the
+// caller's goroutine: a publish is one write system call, a delivery is read by the
+// goroutine that handles it, an ack is written by that goroutine too. amqp091-go hands each delivery through two goroutines (its reader and
 // its consumer buffer) before the application sees it; on a small machine every hand-off is
 // a thread wake-up, which at low rates is most of what a latency measurement would measure.
 type leanConn struct {
