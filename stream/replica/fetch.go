@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"warren/stream"
@@ -74,7 +75,7 @@ func (r *Replica) serveFetch(c net.Conn, br *bufio.Reader) {
 			refuse(w, "too many rounds")
 			return
 		}
-		_ = c.SetReadDeadline(time.Now().Add(readTimeout))
+		_ = c.SetReadDeadline(time.Now().Add(r.cfg.ReadTimeout))
 		typ, body, err := readFrame(br)
 		if err != nil || typ != frHello {
 			return
@@ -148,7 +149,7 @@ func (r *Replica) streamTo(c net.Conn, br *bufio.Reader, w *bufio.Writer, h hell
 		defer wg.Done()
 		defer close(gone)
 		for {
-			_ = c.SetReadDeadline(time.Now().Add(readTimeout))
+			_ = c.SetReadDeadline(time.Now().Add(r.cfg.ReadTimeout))
 			typ, body, err := readFrame(br)
 			if err != nil || typ != frAck {
 				return
@@ -183,7 +184,9 @@ func (r *Replica) streamTo(c net.Conn, br *bufio.Reader, w *bufio.Writer, h hell
 	lastEpoch := h.tail.LastEpoch
 	hist := r.log.History()
 	sentCommit := uint64(0)
-	heartbeat := time.NewTicker(heartbeatEvery)
+	// With nothing new to send, a heartbeat every third of the read timeout: rarely enough
+	// that idle streams cost little (a frame per stream and follower each way).
+	heartbeat := time.NewTicker(r.cfg.ReadTimeout / 3)
 	defer heartbeat.Stop()
 	for {
 		// Epoch markers for the epochs that start where the follower's log ends.
@@ -303,7 +306,7 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		_ = c.SetReadDeadline(time.Now().Add(readTimeout))
+		_ = c.SetReadDeadline(time.Now().Add(r.cfg.ReadTimeout))
 		typ, body, err := readFrame(br)
 		if err != nil {
 			return err
@@ -355,7 +358,9 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 		sessionEpoch = recovery
 	}
 
-	// Acknowledgements go out from the durable hook, coalesced.
+	// Acknowledgements go out from the durable hook, coalesced, and in answer to every commit
+	// frame (the leader's heartbeat among them) even when nothing changed: the leader reads
+	// this connection with a deadline, so an idle follower must still be heard from.
 	ackWake := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -363,6 +368,7 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 		default:
 		}
 	}
+	var answer atomic.Bool // the next ack goes out even if unchanged
 	r.log.SetDurableHook(func(uint64) { poke() })
 	defer r.log.SetDurableHook(nil)
 	ackDone := make(chan struct{})
@@ -378,13 +384,13 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 			}
 			t := r.log.Tail()
 			a := ack{durable: r.log.Durable(), lastEpoch: t.LastEpoch}
-			if a == sent {
+			if a == sent && !answer.Swap(false) {
 				continue
 			}
 			var e enc
 			e.u64(a.durable)
 			e.u64(a.lastEpoch)
-			_ = c.SetWriteDeadline(time.Now().Add(readTimeout))
+			_ = c.SetWriteDeadline(time.Now().Add(r.cfg.ReadTimeout))
 			if _, err := c.Write(appendFrame(nil, frAck, e.b)); err != nil {
 				_ = c.Close()
 				return
@@ -402,7 +408,7 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 		if reached() {
 			return nil
 		}
-		_ = c.SetReadDeadline(time.Now().Add(readTimeout))
+		_ = c.SetReadDeadline(time.Now().Add(r.cfg.ReadTimeout))
 		typ, body, err := readFrame(br)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -436,6 +442,8 @@ func (r *Replica) fetch(ctx context.Context, node string, recovery uint64, targe
 				return err
 			}
 			r.log.SetCommitted(committed)
+			answer.Store(true)
+			poke()
 		default:
 			return fmt.Errorf("%w: frame %d while fetching", errFrame, typ)
 		}

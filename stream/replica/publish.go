@@ -184,12 +184,18 @@ func (p *pipeline) outcome(req *pubReq, g uint64, err error) {
 	p.wake()
 }
 
+// pipelineTick is how often a pipeline with unfinished publishes looks again for a leader to
+// send them to and for publishes past their deadline.
+const pipelineTick = 50 * time.Millisecond
+
 // run is the pipeline's goroutine: it pops finished publishes, expires old ones, and (re)sends
-// the rest to the current leader.
+// the rest to the current leader. It ticks only while publishes are unfinished: an idle stream's
+// pipeline sleeps until a publish or an outcome wakes it, so that idle streams cost nothing.
 func (p *pipeline) run() {
 	defer p.r.wg.Done()
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(pipelineTick)
 	defer tick.Stop()
+	ticking := true
 	for {
 		select {
 		case <-p.r.stop:
@@ -198,7 +204,22 @@ func (p *pipeline) run() {
 		case <-tick.C:
 		}
 		p.step()
+		if busy := p.unfinished(); busy != ticking {
+			if busy {
+				tick.Reset(pipelineTick)
+			} else {
+				tick.Stop()
+			}
+			ticking = busy
+		}
 	}
+}
+
+// unfinished reports whether publishes wait in the pipeline.
+func (p *pipeline) unfinished() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending) > 0
 }
 
 func (p *pipeline) step() {
@@ -249,7 +270,9 @@ func (p *pipeline) step() {
 		p.target = target
 		p.sent = 0
 	}
-	if target != "" && target != r.cfg.Self && (p.fwd == nil || p.fwd.dead()) {
+	// The forwarding connection is opened when there is something to send: a follower node's
+	// pipeline of a stream nobody publishes to through it holds none.
+	if target != "" && target != r.cfg.Self && p.sent < len(p.pending) && (p.fwd == nil || p.fwd.dead()) {
 		if p.fwd != nil {
 			if p.inflightN.Load() > 0 {
 				p.mu.Unlock()

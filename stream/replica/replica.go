@@ -73,6 +73,10 @@ type Config struct {
 	WriterID string
 	// PublishTimeout bounds how long a publish waits for a leader (default 10 s).
 	PublishTimeout time.Duration
+	// ReadTimeout is how long either end of a fetch connection waits to hear from the other
+	// before it drops the connection (default 10 s). The leader sends a heartbeat every third
+	// of it when it has nothing new, and the follower answers each one.
+	ReadTimeout time.Duration
 }
 
 // Errors of a replica.
@@ -95,7 +99,7 @@ const (
 	retryPause     = 100 * time.Millisecond
 	fenceTimeout   = 3 * time.Second
 	heartbeatEvery = time.Second
-	readTimeout    = 10 * time.Second
+	readTimeout    = 10 * time.Second // Config.ReadTimeout's default
 	fetchBytes     = 1 << 20
 )
 
@@ -138,6 +142,9 @@ func New(cfg Config) *Replica {
 	}
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 10 * time.Second
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = readTimeout
 	}
 	r := &Replica{
 		cfg:      cfg,

@@ -44,6 +44,9 @@ type testCluster struct {
 	cmds   [][]byte
 	leader string
 	nodes  map[string]*testNode
+	dials  map[byte]int // connections dialled, by kind
+
+	readTimeout time.Duration // the replicas' Config.ReadTimeout
 }
 
 type testNode struct {
@@ -61,7 +64,12 @@ type testNode struct {
 }
 
 func newTestCluster(t testing.TB, n int, opts stream.Options) *testCluster {
-	c := &testCluster{t: t, opts: opts, nodes: make(map[string]*testNode)}
+	return newTestClusterTimeout(t, n, opts, 0)
+}
+
+// newTestClusterTimeout is newTestCluster with the replicas' Config.ReadTimeout (0: default).
+func newTestClusterTimeout(t testing.TB, n int, opts stream.Options, readTimeout time.Duration) *testCluster {
+	c := &testCluster{t: t, opts: opts, nodes: make(map[string]*testNode), readTimeout: readTimeout}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		c.voters = append(c.voters, id)
@@ -130,6 +138,10 @@ func (tr *transport) Dial(ctx context.Context, node string, kind byte) (net.Conn
 	nd := tr.c.nodes[node]
 	up, addr := nd.up, nd.addr
 	selfUp := tr.c.nodes[tr.self].up
+	if tr.c.dials == nil {
+		tr.c.dials = make(map[byte]int)
+	}
+	tr.c.dials[kind]++
 	tr.c.mu.Unlock()
 	if !up || !selfUp {
 		return nil, fmt.Errorf("node %s is down", node)
@@ -164,7 +176,7 @@ func (nd *testNode) start() {
 	}
 	r := New(Config{Log: l, Self: nd.id, Voters: c.voters, Coord: &coordinator{c: c, node: nd.id},
 		Transport: &transport{c: c, self: nd.id}, Logger: opts.Logger, WriterID: nd.id + "-" + fmt.Sprint(rand.Uint32()),
-		PublishTimeout: 20 * time.Second})
+		PublishTimeout: 20 * time.Second, ReadTimeout: c.readTimeout})
 	rep.Store(r)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -420,6 +432,81 @@ func TestReplicatedPublishAndFollow(t *testing.T) {
 			}
 			seen[string(e.Body)] = true
 		}
+	}
+}
+
+// TestIdleFollowerOpensNoPublishConnection: a follower node's publish pipeline connects to the
+// leader when a publish goes through it, not before (an idle stream holds no forwarding
+// connections and its pipelines do not tick).
+func TestIdleFollowerOpensNoPublishConnection(t *testing.T) {
+	c := newTestCluster(t, 3, stream.Options{})
+	c.setLeader("n1")
+	c.waitLeading("n1", 5*time.Second)
+	publishDials := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.dials[KindPublish]
+	}
+	// Several of a busy pipeline's ticks (50 ms): an idle one must not dial meanwhile.
+	deadline := time.Now().Add(400 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if n := publishDials(); n != 0 {
+			t.Fatalf("%d publish connections dialled before any publish", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	c.node("n2").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("publish through a follower: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish through a follower not confirmed within 10 s")
+	}
+	if n := publishDials(); n != 1 {
+		t.Fatalf("%d publish connections after one publish through n2, want 1", n)
+	}
+}
+
+// TestIdleFetchConnectionsStay: the followers of an idle stream keep their fetch connections.
+// The leader heartbeats every third of the read timeout and each follower answers, so neither
+// end's read deadline drops a connection of a stream nobody writes to (which had every idle
+// stream's followers dial again every read timeout).
+func TestIdleFetchConnectionsStay(t *testing.T) {
+	const rt = 600 * time.Millisecond
+	c := newTestClusterTimeout(t, 3, stream.Options{}, rt)
+	c.setLeader("n1")
+	c.waitLeading("n1", 5*time.Second)
+	done := make(chan error, 1)
+	c.node("n1").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged(10 * time.Second)
+	fetchDials := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.dials[KindFetch]
+	}
+	before := fetchDials()
+	// Five read timeouts of idleness.
+	deadline := time.Now().Add(5 * rt)
+	for time.Now().Before(deadline) {
+		if n := fetchDials(); n != before {
+			t.Fatalf("fetch connections dialled while idle: %d, then %d", before, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Still following: a publish reaches every replica.
+	c.node("n1").replica().Publish([]stream.Record{{Body: body(2)}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged(10 * time.Second)
+	if n := fetchDials(); n != before {
+		t.Fatalf("fetch connections dialled: %d, then %d", before, n)
 	}
 }
 
