@@ -69,6 +69,7 @@ type pipeline struct {
 	closed     bool
 	closedFlag atomic.Bool   // closed, for outcome callbacks (which must not take mu)
 	notify     chan struct{} // capacity 1
+	ticking    atomic.Bool   // run's ticker is on; a publish that finds it off wakes run
 	done       chan struct{}
 	fwdWG      sync.WaitGroup
 	inflightN  atomic.Int64 // sends whose outcome is not in yet
@@ -125,6 +126,9 @@ func (r *Replica) Publish(recs []stream.Record, done func(error)) {
 		p.sendLocked(req) // the direct path: nothing queued, this replica leads
 		p.sent++
 		p.mu.Unlock()
+		if !p.ticking.Load() {
+			p.wake() // so that run ticks (and expires req) until it is finished
+		}
 		return
 	}
 	p.mu.Unlock()
@@ -196,6 +200,7 @@ func (p *pipeline) run() {
 	tick := time.NewTicker(pipelineTick)
 	defer tick.Stop()
 	ticking := true
+	p.ticking.Store(true)
 	for {
 		select {
 		case <-p.r.stop:
@@ -204,7 +209,17 @@ func (p *pipeline) run() {
 		case <-tick.C:
 		}
 		p.step()
-		if busy := p.unfinished(); busy != ticking {
+		busy := p.unfinished()
+		if !busy {
+			// Off first, then look again: a publish that took the direct path after that look
+			// finds the flag off and wakes this loop.
+			p.ticking.Store(false)
+			busy = p.unfinished()
+		}
+		if busy {
+			p.ticking.Store(true)
+		}
+		if busy != ticking {
 			if busy {
 				tick.Reset(pipelineTick)
 			} else {

@@ -46,7 +46,7 @@ type testCluster struct {
 	nodes  map[string]*testNode
 	dials  map[byte]int // connections dialled, by kind
 
-	readTimeout time.Duration // the replicas' Config.ReadTimeout
+	readTimeout, publishTimeout time.Duration // the replicas' Config.ReadTimeout, PublishTimeout
 }
 
 type testNode struct {
@@ -64,12 +64,14 @@ type testNode struct {
 }
 
 func newTestCluster(t testing.TB, n int, opts stream.Options) *testCluster {
-	return newTestClusterTimeout(t, n, opts, 0)
+	return newTestClusterTimeouts(t, n, opts, 0, 20*time.Second)
 }
 
-// newTestClusterTimeout is newTestCluster with the replicas' Config.ReadTimeout (0: default).
-func newTestClusterTimeout(t testing.TB, n int, opts stream.Options, readTimeout time.Duration) *testCluster {
-	c := &testCluster{t: t, opts: opts, nodes: make(map[string]*testNode), readTimeout: readTimeout}
+// newTestClusterTimeouts is newTestCluster with the replicas' Config.ReadTimeout (0: default)
+// and Config.PublishTimeout.
+func newTestClusterTimeouts(t testing.TB, n int, opts stream.Options, readTimeout, publishTimeout time.Duration) *testCluster {
+	c := &testCluster{t: t, opts: opts, nodes: make(map[string]*testNode), readTimeout: readTimeout,
+		publishTimeout: publishTimeout}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		c.voters = append(c.voters, id)
@@ -176,7 +178,7 @@ func (nd *testNode) start() {
 	}
 	r := New(Config{Log: l, Self: nd.id, Voters: c.voters, Coord: &coordinator{c: c, node: nd.id},
 		Transport: &transport{c: c, self: nd.id}, Logger: opts.Logger, WriterID: nd.id + "-" + fmt.Sprint(rand.Uint32()),
-		PublishTimeout: 20 * time.Second, ReadTimeout: c.readTimeout})
+		PublishTimeout: c.publishTimeout, ReadTimeout: c.readTimeout})
 	rep.Store(r)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -470,13 +472,45 @@ func TestIdleFollowerOpensNoPublishConnection(t *testing.T) {
 	}
 }
 
+// TestPublishWithoutMajorityExpires: a publish on an idle leader (the direct path, while the
+// pipeline does not tick) whose followers are gone fails at its deadline instead of waiting for
+// a commit that cannot come.
+func TestPublishWithoutMajorityExpires(t *testing.T) {
+	c := newTestClusterTimeouts(t, 3, stream.Options{}, 0, 500*time.Millisecond)
+	c.setLeader("n1")
+	c.waitLeading("n1", 5*time.Second)
+	done := make(chan error, 1)
+	c.node("n1").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.node("n2").stop()
+	c.node("n3").stop()
+	// The pipeline goes idle: its ticker stops.
+	for deadline := time.Now().Add(5 * time.Second); c.node("n1").replica().pub.ticking.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle pipeline still ticks after 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.node("n1").replica().Publish([]stream.Record{{Body: body(2)}}, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoLeader) {
+			t.Fatalf("publish without a majority: %v, want ErrNoLeader", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a publish without a majority still waits 5 s after its 500 ms deadline")
+	}
+}
+
 // TestIdleFetchConnectionsStay: the followers of an idle stream keep their fetch connections.
 // The leader heartbeats every third of the read timeout and each follower answers, so neither
 // end's read deadline drops a connection of a stream nobody writes to (which had every idle
 // stream's followers dial again every read timeout).
 func TestIdleFetchConnectionsStay(t *testing.T) {
 	const rt = 600 * time.Millisecond
-	c := newTestClusterTimeout(t, 3, stream.Options{}, rt)
+	c := newTestClusterTimeouts(t, 3, stream.Options{}, rt, 20*time.Second)
 	c.setLeader("n1")
 	c.waitLeading("n1", 5*time.Second)
 	done := make(chan error, 1)
