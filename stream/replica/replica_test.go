@@ -267,6 +267,13 @@ func (nd *testNode) replica() *Replica {
 
 func (c *testCluster) node(id string) *testNode { return c.nodes[id] }
 
+// dialled returns how many connections of kind the nodes have dialled.
+func (c *testCluster) dialled(kind byte) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dials[kind]
+}
+
 // waitLeading waits until id's replica leads.
 func (c *testCluster) waitLeading(id string, d time.Duration) {
 	c.t.Helper()
@@ -444,11 +451,7 @@ func TestIdleFollowerOpensNoPublishConnection(t *testing.T) {
 	c := newTestCluster(t, 3, stream.Options{})
 	c.setLeader("n1")
 	c.waitLeading("n1", 5*time.Second)
-	publishDials := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.dials[KindPublish]
-	}
+	publishDials := func() int { return c.dialled(KindPublish) }
 	// Several of a busy pipeline's ticks (50 ms): an idle one must not dial meanwhile.
 	deadline := time.Now().Add(400 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -519,11 +522,7 @@ func TestIdleFetchConnectionsStay(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitConverged(10 * time.Second)
-	fetchDials := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.dials[KindFetch]
-	}
+	fetchDials := func() int { return c.dialled(KindFetch) }
 	before := fetchDials()
 	// Five read timeouts of idleness.
 	deadline := time.Now().Add(5 * rt)
