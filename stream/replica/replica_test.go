@@ -286,11 +286,20 @@ func (c *testCluster) waitLeading(id string, d time.Duration) {
 	}
 }
 
-// publish publishes one record with body through node id and waits for the outcome.
+// errNoOutcome is publishSync's error for a publish whose outcome did not come in time.
+var errNoOutcome = errors.New("no outcome within 30 s")
+
+// publishSync publishes recs through r and waits (up to 30 s, beyond the test clusters'
+// publish timeouts) for the outcome.
 func publishSync(r *Replica, recs ...stream.Record) error {
 	ch := make(chan error, 1)
 	r.Publish(recs, func(err error) { ch <- err })
-	return <-ch
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(30 * time.Second):
+		return errNoOutcome
+	}
 }
 
 func body(i int) []byte { return []byte(fmt.Sprintf("m%08d", i)) }
@@ -451,26 +460,18 @@ func TestIdleFollowerOpensNoPublishConnection(t *testing.T) {
 	c := newTestCluster(t, 3, stream.Options{})
 	c.setLeader("n1")
 	c.waitLeading("n1", 5*time.Second)
-	publishDials := func() int { return c.dialled(KindPublish) }
 	// Several of a busy pipeline's ticks (50 ms): an idle one must not dial meanwhile.
 	deadline := time.Now().Add(400 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		if n := publishDials(); n != 0 {
+		if n := c.dialled(KindPublish); n != 0 {
 			t.Fatalf("%d publish connections dialled before any publish", n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	done := make(chan error, 1)
-	c.node("n2").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("publish through a follower: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("publish through a follower not confirmed within 10 s")
+	if err := publishSync(c.node("n2").replica(), stream.Record{Body: body(1)}); err != nil {
+		t.Fatalf("publish through a follower: %v", err)
 	}
-	if n := publishDials(); n != 1 {
+	if n := c.dialled(KindPublish); n != 1 {
 		t.Fatalf("%d publish connections after one publish through n2, want 1", n)
 	}
 }
@@ -482,9 +483,7 @@ func TestPublishWithoutMajorityExpires(t *testing.T) {
 	c := newTestClusterTimeouts(t, 3, stream.Options{}, 0, 500*time.Millisecond)
 	c.setLeader("n1")
 	c.waitLeading("n1", 5*time.Second)
-	done := make(chan error, 1)
-	c.node("n1").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
-	if err := <-done; err != nil {
+	if err := publishSync(c.node("n1").replica(), stream.Record{Body: body(1)}); err != nil {
 		t.Fatal(err)
 	}
 	c.node("n2").stop()
@@ -496,14 +495,8 @@ func TestPublishWithoutMajorityExpires(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	c.node("n1").replica().Publish([]stream.Record{{Body: body(2)}}, func(err error) { done <- err })
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrNoLeader) {
-			t.Fatalf("publish without a majority: %v, want ErrNoLeader", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a publish without a majority still waits 5 s after its 500 ms deadline")
+	if err := publishSync(c.node("n1").replica(), stream.Record{Body: body(2)}); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("publish without a majority (500 ms deadline): %v, want ErrNoLeader", err)
 	}
 }
 
@@ -516,29 +509,25 @@ func TestIdleFetchConnectionsStay(t *testing.T) {
 	c := newTestClusterTimeouts(t, 3, stream.Options{}, rt, 20*time.Second)
 	c.setLeader("n1")
 	c.waitLeading("n1", 5*time.Second)
-	done := make(chan error, 1)
-	c.node("n1").replica().Publish([]stream.Record{{Body: body(1)}}, func(err error) { done <- err })
-	if err := <-done; err != nil {
+	if err := publishSync(c.node("n1").replica(), stream.Record{Body: body(1)}); err != nil {
 		t.Fatal(err)
 	}
 	c.waitConverged(10 * time.Second)
-	fetchDials := func() int { return c.dialled(KindFetch) }
-	before := fetchDials()
+	before := c.dialled(KindFetch)
 	// Five read timeouts of idleness.
 	deadline := time.Now().Add(5 * rt)
 	for time.Now().Before(deadline) {
-		if n := fetchDials(); n != before {
+		if n := c.dialled(KindFetch); n != before {
 			t.Fatalf("fetch connections dialled while idle: %d, then %d", before, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Still following: a publish reaches every replica.
-	c.node("n1").replica().Publish([]stream.Record{{Body: body(2)}}, func(err error) { done <- err })
-	if err := <-done; err != nil {
+	if err := publishSync(c.node("n1").replica(), stream.Record{Body: body(2)}); err != nil {
 		t.Fatal(err)
 	}
 	c.waitConverged(10 * time.Second)
-	if n := fetchDials(); n != before {
+	if n := c.dialled(KindFetch); n != before {
 		t.Fatalf("fetch connections dialled: %d, then %d", before, n)
 	}
 }

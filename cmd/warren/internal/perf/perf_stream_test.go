@@ -19,12 +19,19 @@ func TestRunStreamFillThenReadFromFirst(t *testing.T) {
 		URI: uri, Producers: 2, Consumers: 1, Size: 1024, Confirm: 100, QoS: 500, Persistent: true,
 		QueueType: "stream", StreamOffset: "first", PMessages: 2000, ConsumeAfterPublish: true,
 	})
+	wantAllConsumedOnce(t, res, err, 4000)
+}
+
+// wantAllConsumedOnce fails t unless the run confirmed n messages and consumed each once,
+// without client errors.
+func wantAllConsumedOnce(t *testing.T, res *Result, err error, n uint64) {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if res.Confirmed != 4000 || res.Consumed != 4000 || res.Lost != 0 || res.Duplicates != 0 {
-		t.Fatalf("confirmed %d, consumed %d, lost %d, duplicates %d: want 4000, 4000, 0, 0",
-			res.Confirmed, res.Consumed, res.Lost, res.Duplicates)
+	if res.Confirmed != n || res.Consumed != n || res.Lost != 0 || res.Duplicates != 0 {
+		t.Fatalf("confirmed %d, consumed %d, lost %d, duplicates %d: want %d, %d, 0, 0",
+			res.Confirmed, res.Consumed, res.Lost, res.Duplicates, n, n)
 	}
 	if len(res.Errors) > 0 {
 		t.Fatalf("client errors: %v", res.Errors)
@@ -42,16 +49,7 @@ func TestRunLeanConsumersOfASuperStreamGroup(t *testing.T) {
 		Exchange: "perf-test-super", Partitions: 4, ConsumerGroup: "g", ConsumerClient: clientLean,
 		DrainIdle: 2 * time.Second,
 	})
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if res.Confirmed != 2000 || res.Consumed != 2000 || res.Lost != 0 || res.Duplicates != 0 {
-		t.Fatalf("confirmed %d, consumed %d, lost %d, duplicates %d: want 2000, 2000, 0, 0",
-			res.Confirmed, res.Consumed, res.Lost, res.Duplicates)
-	}
-	if len(res.Errors) > 0 {
-		t.Fatalf("client errors: %v", res.Errors)
-	}
+	wantAllConsumedOnce(t, res, err, 2000)
 }
 
 // TestReadFromFirstCountsAStream replays a stream with readFromFirst (S13's replay): it reads
